@@ -1,0 +1,132 @@
+// parity bench: throughput figures, measured outside the test suite.
+//
+//   --what reference   reference-trainer steps: tokens/s, ms/step (median of the measured
+//                      steps after warm-up), peak RSS
+//   --what kda         one KDA mixer layer, forward + backward, chunked vs recurrent
+#include <ATen/ATen.h>
+#include <sys/resource.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/setup.h"
+#include "kernels/kda.h"
+#include "kernels/params.h"
+#include "reference/trainer.h"
+
+namespace parity::cli {
+
+namespace {
+
+struct BenchOptions {
+  RunOptions run;
+  std::string what = "reference";
+  int warmup_steps = 2;
+  int measured_steps = 5;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double peak_rss_mib() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
+class StepTimes : public kernels::StepObserver {
+ public:
+  void on_step(const kernels::StepRecord& r) override {
+    seconds.push_back(r.seconds);
+    tokens = r.tokens;
+    std::fprintf(stderr, "  step %lld: %.1f ms\n", static_cast<long long>(r.step),
+                 r.seconds * 1e3);
+  }
+  std::vector<double> seconds;
+  int64_t tokens = 0;
+};
+
+int bench_reference(BenchOptions o) {
+  o.run.steps = o.warmup_steps + o.measured_steps;
+  auto cfg = train_config(o.run);
+  auto rows = load_rows(o.run);
+  auto init = initial_params(o.run, cfg.model);
+  reference::ReferenceTrainer trainer(cfg, init, *rows);
+  StepTimes times;
+  std::fprintf(stderr, "bench reference: %s %s, %d x %d x %lld tokens, %d warm-up + %d measured "
+               "steps, %d thread(s)\n", o.run.flavor.c_str(), o.run.dtype.c_str(),
+               o.run.microbatches, o.run.rows, static_cast<long long>(o.run.seq_len),
+               o.warmup_steps, o.measured_steps, o.run.threads);
+  trainer.run(times);
+  std::vector<double> measured(times.seconds.begin() + o.warmup_steps, times.seconds.end());
+  const double ms = median(measured) * 1e3;
+  std::printf("%-12s %-6s %-10s %12s %12s %12s\n", "flavor", "dtype", "trainer", "ms/step",
+              "tokens/s", "peak RSS MiB");
+  std::printf("%-12s %-6s %-10s %12.1f %12.1f %12.1f\n", o.run.flavor.c_str(),
+              o.run.dtype.c_str(), "reference", ms, times.tokens / (ms / 1e3), peak_rss_mib());
+  return 0;
+}
+
+int bench_kda(const BenchOptions& o) {
+  auto cfg = kernels::flavor(o.run.flavor);
+  auto precision = kernels::parse_precision(o.run.dtype);
+  const auto dt = kernels::compute_dtype(precision);
+  at::set_num_threads(o.run.threads);
+  auto all = kernels::init_params(cfg, o.run.seed);
+  int layer = 0;
+  while (cfg.mixer(layer) != kernels::MixerKind::KDA) ++layer;
+  const std::string p = "layers." + std::to_string(layer) + ".attention.";
+  auto W = [&](const char* n) { return all.at(p + n).to(dt).requires_grad_(true); };
+  kernels::KdaWeights w{W("q_proj.weight"), W("k_proj.weight"), W("v_proj.weight"),
+                        W("q_conv.weight"), W("k_conv.weight"), W("v_conv.weight"),
+                        W("b_proj.weight"), W("f_a.weight"), W("f_b.weight"), W("A_log"),
+                        W("dt_bias"), W("o_norm.weight"), W("out_gate.weight"),
+                        W("o_proj.weight")};
+  auto gen = at::detail::createCPUGenerator(o.run.seed);
+  auto x = at::empty({o.run.rows, o.run.seq_len, cfg.dim}).normal_(0, 1, gen).to(dt);
+  x.requires_grad_(true);
+  std::printf("%-12s %-6s %-10s %6s %12s\n", "flavor", "dtype", "kda", "T", "ms fwd+bwd");
+  for (auto impl : {kernels::KdaImpl::Chunked, kernels::KdaImpl::Recurrent}) {
+    kernels::KdaDims d{cfg.n_heads, cfg.kda_head, cfg.kda_conv, cfg.kda_chunk, cfg.norm_eps,
+                       impl};
+    std::vector<double> t;
+    for (int i = 0; i < o.warmup_steps + o.measured_steps; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      kernels::kda(x, w, d).sum().backward();
+      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::vector<double> measured(t.begin() + o.warmup_steps, t.end());
+    std::printf("%-12s %-6s %-10s %6lld %12.2f\n", cfg.name.c_str(), o.run.dtype.c_str(),
+                impl == kernels::KdaImpl::Chunked ? "chunked" : "recurrent",
+                static_cast<long long>(o.run.seq_len), median(measured) * 1e3);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_bench_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("bench", "measure throughput (reference steps, KDA forms)");
+  auto o = std::make_shared<BenchOptions>();
+  cmd->add_option("--what", o->what, "reference or kda")->capture_default_str();
+  add_run_options(*cmd, o->run);
+  cmd->add_option("--warmup-steps", o->warmup_steps, "unmeasured steps first")
+      ->capture_default_str();
+  cmd->add_option("--measured-steps", o->measured_steps, "steps whose median is reported")
+      ->capture_default_str()->check(CLI::Range(1, 1000));
+  return {cmd, [o] {
+            if (o->what == "reference") return bench_reference(*o);
+            if (o->what == "kda") return bench_kda(*o);
+            throw UsageError("unknown --what '" + o->what + "'; use reference or kda");
+          }};
+}
+
+}  // namespace parity::cli

@@ -1,0 +1,28 @@
+// The `parity` subcommands. Each registers its options on a CLI11 app and returns the exit
+// code. Wiring only: the work lives in the libraries.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <stdexcept>
+
+namespace parity::cli {
+
+// Bad input from the user: one line on stderr, exit code 2.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A registered subcommand and the action to run once the command line is parsed.
+struct Command {
+  CLI::App* app;
+  std::function<int()> run;
+};
+Command add_model_command(CLI::App& app);
+Command add_init_command(CLI::App& app);
+Command add_train_command(CLI::App& app);
+Command add_bench_command(CLI::App& app);
+
+}  // namespace parity::cli

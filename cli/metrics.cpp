@@ -1,0 +1,84 @@
+#include "cli/metrics.h"
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+#include "cli/commands.h"
+
+namespace parity::cli {
+
+std::string hex_float(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%a", v);
+  return buf;
+}
+
+void ConsoleObserver::on_start(const kernels::RunInfo& info) {
+  steps_ = info.steps;
+  if (quiet_) return;
+  std::cout << "parity train: trainer " << info.trainer << ", flavor " << info.flavor << ", "
+            << info.precision << " (grad accumulation " << info.grad_accum << "), dp " << info.dp
+            << " x " << info.microbatches << " micro-batches x " << info.rows << " rows x "
+            << info.seq_len << " tokens, " << info.steps << " steps, seed " << info.seed << ", "
+            << info.threads << " thread(s), " << info.device << "\n"
+            << std::flush;
+}
+
+void ConsoleObserver::on_step(const kernels::StepRecord& r) {
+  total_seconds_ += r.seconds;
+  if (quiet_) return;
+  const double eta = total_seconds_ / r.step * (steps_ - r.step);
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "step %4lld/%lld  loss %.6f  grad_norm %.4f  lr %.3e  %.2f s/step  %.0f tok/s  "
+                "eta %.0fs\n",
+                static_cast<long long>(r.step), static_cast<long long>(steps_),
+                r.loss.item<double>(), r.grad_norm.item<double>(), r.lr, r.seconds,
+                r.tokens / r.seconds, eta);
+  std::cout << line << std::flush;
+}
+
+void ConsoleObserver::on_end() {
+  if (quiet_ || steps_ == 0) return;
+  std::cout << "done: " << steps_ << " steps in " << total_seconds_ << " s\n";
+}
+
+JsonlObserver::JsonlObserver(const std::string& path) : path_(path), out_(path) {
+  if (!out_)
+    throw UsageError("cannot write metrics file '" + path + "'; check the directory exists "
+                     "and is writable");
+}
+
+void JsonlObserver::on_step(const kernels::StepRecord& r) {
+  const double loss = r.loss.item<double>();
+  const double norm = r.grad_norm.item<double>();
+  nlohmann::json mb = nlohmann::json::array();
+  for (const auto& l : r.mb_losses) mb.push_back(l.item<double>());
+  nlohmann::json j = {{"step", r.step},          {"loss", loss},
+                      {"grad_norm", norm},       {"lr", r.lr},
+                      {"mb_losses", mb},         {"loss_hex", hex_float(loss)},
+                      {"grad_norm_hex", hex_float(norm)}};
+  out_ << j.dump() << "\n" << std::flush;  // one line per step survives a later failure
+}
+
+void JsonlObserver::on_end() { out_.close(); }
+
+void ObserverList::on_start(const kernels::RunInfo& info) {
+  for (auto* o : observers_) o->on_start(info);
+}
+bool ObserverList::wants_tensors(int64_t step) const {
+  for (auto* o : observers_)
+    if (o->wants_tensors(step)) return true;
+  return false;
+}
+void ObserverList::on_step(const kernels::StepRecord& r) {
+  for (auto* o : observers_) o->on_step(r);
+}
+void ObserverList::on_end() {
+  for (auto* o : observers_) o->on_end();
+}
+
+}  // namespace parity::cli

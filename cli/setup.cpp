@@ -1,0 +1,191 @@
+#include "cli/setup.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "compare/checkpoint.h"
+#include "datasets/corpus.h"
+#include "datasets/token_file.h"
+
+namespace parity::cli {
+
+void add_run_options(CLI::App& cmd, RunOptions& o) {
+  cmd.add_option("--flavor", o.flavor, "model flavor: debugmodel, tiny")->capture_default_str();
+  cmd.add_option("--dtype", o.dtype, "precision mode: fp32, bf16, fp64")->capture_default_str();
+  cmd.add_option("--steps", o.steps, "optimizer steps")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd.add_option("--microbatches", o.microbatches, "micro-batches per step (M)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  cmd.add_option("--batch", o.rows, "rows per micro-batch (B)")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd.add_option("--seq-len", o.seq_len, "tokens per row (T)")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd.add_option("--seed", o.seed, "initialisation seed (ignored with --init)")
+      ->capture_default_str();
+  cmd.add_option("--threads", o.threads, "intra-op threads (pinned; recorded)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  cmd.add_option("--device", o.device, "cpu or cuda")->capture_default_str();
+  cmd.add_option("--init", o.init_path, "seed checkpoint written by `parity init`");
+  cmd.add_option("--data", o.data_path, "JSONL corpus, one {\"text\": ...} per line "
+                                        "(default: the Debian fortunes text)");
+  cmd.add_option("--clip-order", o.clip_order, "total-norm order: single or per-rank")
+      ->capture_default_str();
+  cmd.add_option("--clip-ranks", o.clip_ranks,
+                 "ranks for --clip-order per-rank: units split evenly over this many ranks")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  cmd.add_option("--grad-accum", o.grad_accum,
+                 "micro-batch gradient accumulation: auto (bf16 in bf16 mode), bf16, fp32")
+      ->capture_default_str();
+  cmd.add_option("--attn-res", o.attn_res, "AttnRes read: recompute or plain")
+      ->capture_default_str();
+  cmd.add_option("--kda", o.kda, "KDA form: chunked or recurrent")->capture_default_str();
+  cmd.add_option("--lr", o.lr, "peak learning rate")->capture_default_str();
+  cmd.add_option("--warmup", o.warmup, "linear warmup steps")->capture_default_str();
+  cmd.add_option("--max-norm", o.max_norm, "clipping threshold on the total norm")
+      ->capture_default_str();
+  cmd.add_flag("--reverse-microbatches", o.reverse_microbatches,
+               "feed each step's micro-batches in reverse order");
+}
+
+kernels::ModelOptions model_options(const RunOptions& o) {
+  kernels::ModelOptions m;
+  if (o.attn_res == "plain")
+    m.attn_res = kernels::AttnResImpl::Plain;
+  else if (o.attn_res == "recompute")
+    m.attn_res = kernels::AttnResImpl::Recompute;
+  else
+    throw UsageError("unknown --attn-res '" + o.attn_res + "'; use recompute or plain");
+  if (o.kda == "chunked")
+    m.kda = kernels::KdaImpl::Chunked;
+  else if (o.kda == "recurrent")
+    m.kda = kernels::KdaImpl::Recurrent;
+  else
+    throw UsageError("unknown --kda '" + o.kda + "'; use chunked or recurrent");
+  return m;
+}
+
+namespace {
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// parity-tokenize lives beside this program (build/bin); PARITY_TOKENIZE overrides.
+std::string tokenize_tool() {
+  if (const char* env = std::getenv("PARITY_TOKENIZE")) return env;
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  auto tool = self.parent_path() / "parity-tokenize";
+  if (ec || !std::filesystem::exists(tool))
+    throw std::runtime_error("cannot find parity-tokenize beside " + self.string() +
+                             "; rebuild with scripts/setup or set PARITY_TOKENIZE");
+  return tool.string();
+}
+
+// Runs parity-tokenize and returns the token file it wrote. Its progress lines pass through
+// to stderr; a failure becomes one DataError line.
+std::string tokenize(const std::string& data_path) {
+  char err_template[] = "/tmp/parity-tokenize-XXXXXX";
+  const int fd = mkstemp(err_template);
+  if (fd < 0) throw std::runtime_error("cannot create a temporary file for parity-tokenize");
+  close(fd);
+  const std::string err_path = err_template;
+  std::string cmd = shell_quote(tokenize_tool());
+  if (!data_path.empty()) cmd += " --data " + shell_quote(data_path);
+  cmd += " 2>" + shell_quote(err_path);
+  std::string out;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) throw std::runtime_error("cannot run " + cmd);
+  std::array<char, 4096> buf{};
+  while (fgets(buf.data(), buf.size(), pipe)) out += buf.data();
+  const int status = pclose(pipe);
+  std::ifstream err_in(err_path);
+  std::stringstream err;
+  err << err_in.rdbuf();
+  std::remove(err_path.c_str());
+  std::string err_text = err.str();
+  while (!err_text.empty() && err_text.back() == '\n') err_text.pop_back();
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (code != 0) {
+    const auto last = err_text.rfind('\n');
+    const std::string line = last == std::string::npos ? err_text : err_text.substr(last + 1);
+    if (code == 2) throw datasets::DataError(line);
+    throw std::runtime_error("parity-tokenize failed (exit " + std::to_string(code) + "): " + line);
+  }
+  if (!err_text.empty()) std::cerr << err_text << "\n";
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<datasets::TokenRows> load_rows(const RunOptions& o) {
+  if (!o.data_path.empty()) datasets::load_jsonl(o.data_path);  // validate here, in one line
+  auto file = datasets::read_token_file(tokenize(o.data_path));
+  const datasets::BatchShape shape{o.dp, o.microbatches, o.rows};
+  return std::make_unique<datasets::TokenRows>(std::move(file.ids), o.seq_len, shape);
+}
+
+kernels::NamedTensors initial_params(const RunOptions& o, const kernels::ModelConfig& cfg) {
+  if (o.init_path.empty()) return kernels::init_params(cfg, o.seed);
+  if (!std::filesystem::exists(o.init_path))
+    throw UsageError("checkpoint '" + o.init_path + "' does not exist; write one with `parity "
+                     "init --flavor " + cfg.name + " --out " + o.init_path + "`");
+  return compare::read_checkpoint(o.init_path, cfg).params;
+}
+
+namespace {
+// Provisional rank map for --clip-order per-rank: units (embedding, layers, head) split
+// evenly and contiguously over `ranks`.
+std::vector<int> even_unit_ranks(const kernels::ModelConfig& cfg, int ranks) {
+  const int units = cfg.n_layers + 2;
+  std::vector<int> out;
+  for (const auto& s : kernels::param_specs(cfg)) {
+    const int u = s.unit + 1;  // 0 .. units-1
+    out.push_back(static_cast<int>(static_cast<int64_t>(u) * ranks / units));
+  }
+  return out;
+}
+}  // namespace
+
+reference::TrainConfig train_config(const RunOptions& o) {
+  reference::TrainConfig c;
+  c.model = kernels::flavor(o.flavor);
+  if (c.model.shape_only)
+    throw UsageError("flavor '" + o.flavor + "' is shape-only (no weights); train debugmodel or "
+                     "tiny");
+  c.model_options = model_options(o);
+  c.precision = kernels::parse_precision(o.dtype);
+  c.grad_accum = reference::parse_grad_accum(o.grad_accum);
+  c.steps = o.steps;
+  c.dp = o.dp;
+  c.microbatches = o.microbatches;
+  c.rows = o.rows;
+  c.seed = o.seed;
+  c.threads = o.threads;
+  if (o.device != "cpu" && o.device != "cuda")
+    throw UsageError("unknown --device '" + o.device + "'; use cpu or cuda");
+  if (o.device == "cuda" && !torch::cuda::is_available())
+    throw UsageError("--device cuda: this build or machine has no CUDA device; use --device cpu");
+  c.device = o.device;
+  c.clip_order = kernels::parse_clip_order(o.clip_order);
+  c.max_norm = o.max_norm;
+  if (c.clip_order == kernels::ClipOrder::PerRank)
+    c.param_rank = even_unit_ranks(c.model, o.clip_ranks);
+  c.reverse_microbatches = o.reverse_microbatches;
+  c.adamw.lr = o.lr;
+  c.adamw.warmup_steps = o.warmup;
+  return c;
+}
+
+}  // namespace parity::cli

@@ -1,0 +1,57 @@
+// Shared pieces of the subcommands: the model, data and trainer options, and turning them
+// into library objects.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "datasets/rows.h"
+#include "kernels/model.h"
+#include "kernels/params.h"
+#include "reference/trainer.h"
+
+namespace parity::cli {
+
+struct RunOptions {
+  std::string flavor = "debugmodel";
+  std::string dtype = "fp32";
+  int64_t steps = 20;
+  int microbatches = 4;
+  int rows = 1;
+  int64_t seq_len = 256;
+  uint64_t seed = 42;
+  int threads = 1;
+  int dp = 1;
+  int clip_ranks = 1;
+  std::string device = "cpu";
+  std::string init_path;
+  std::string data_path;
+  std::string clip_order = "single";
+  std::string grad_accum = "auto";
+  std::string attn_res = "recompute";
+  std::string kda = "chunked";
+  double lr = 8e-4;
+  int warmup = 2;
+  double max_norm = 1.0;
+  bool reverse_microbatches = false;
+};
+
+// Registers the options shared by `train` and `bench` on `cmd`.
+void add_run_options(CLI::App& cmd, RunOptions& o);
+
+kernels::ModelOptions model_options(const RunOptions& o);
+
+// The corpus (fortunes by default, or --data FILE.jsonl) tokenized and cut into rows of
+// seq_len + 1 tokens, checked to hold one step's rows.
+std::unique_ptr<datasets::TokenRows> load_rows(const RunOptions& o);
+
+// Master parameters: from --init if given (validated against the flavor), else a fresh
+// deterministic initialisation from --seed.
+kernels::NamedTensors initial_params(const RunOptions& o, const kernels::ModelConfig& cfg);
+
+reference::TrainConfig train_config(const RunOptions& o);
+
+}  // namespace parity::cli

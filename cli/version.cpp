@@ -1,0 +1,14 @@
+#include "cli/version.h"
+
+#include <torch/version.h>
+
+namespace parity::cli {
+
+std::string git_sha() { return PARITY_GIT_SHA; }
+
+std::string version_text() {
+  return std::string("parity ") + PARITY_VERSION + " (git " + PARITY_GIT_SHA + "), libtorch " +
+         TORCH_VERSION + ", executors: in-process (reference)";
+}
+
+}  // namespace parity::cli

@@ -1,0 +1,69 @@
+// Model configuration and the named flavors (DESIGN.md section 4).
+//
+// A flavor is a plain struct: widths, the layer pattern and the block size. Everything
+// else (parameter shapes, FQNs, which layers open a block) is a pure function of it.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace parity::kernels {
+
+// Bad configuration from the user (unknown flavor, impossible width). The CLI maps it to
+// exit code 2.
+class ConfigError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+enum class MixerKind { KDA, MLA };
+enum class FfnKind { Dense, MoE };
+
+struct ModelConfig {
+  std::string name;
+  int n_layers = 17;
+  int layers_per_block = 4;  // lpb: layer l opens a block when l % lpb == 0
+  int dim = 256;
+  int n_heads = 4;
+  int vocab = 2048;
+  double norm_eps = 1e-6;      // RMSNorm
+  double attn_res_eps = 1e-6;  // key normalisation inside the AttnRes read
+
+  // MLA
+  int q_lora = 128;
+  int kv_lora = 64;
+  int qk_nope = 64;
+  int qk_rope = 32;
+  int v_head = 64;
+
+  // KDA (key and value head dims are equal)
+  int kda_head = 128;
+  int kda_conv = 4;
+  int kda_chunk = 32;  // tokens per chunk of the chunked form
+
+  // FFN
+  int dense_hidden = 512;  // layer 0
+  int n_experts = 8;
+  int top_k = 2;
+  int n_shared = 2;
+  int expert_hidden = 128;
+
+  // True for flavors that exist only for shape work (routing tables, volume): no weights.
+  bool shape_only = false;
+
+  MixerKind mixer(int layer) const;  // (3 KDA + 1 MLA) repeated, the last layer MLA
+  FfnKind ffn(int layer) const;      // layer 0 dense, the rest MoE
+  bool opens_block(int layer) const { return layer % layers_per_block == 0; }
+  // Number of stack entries the output aggregation reads: one per committed block.
+  int n_blocks() const { return (n_layers - 1) / layers_per_block + 1; }
+};
+
+// Flavors: "debugmodel", "tiny", "k3shape". Throws ConfigError naming the known ones.
+ModelConfig flavor(const std::string& name);
+std::vector<std::string> flavor_names();
+
+const char* to_string(MixerKind);
+const char* to_string(FfnKind);
+
+}  // namespace parity::kernels

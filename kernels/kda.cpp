@@ -1,0 +1,122 @@
+#include "kernels/kda.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "kernels/precision.h"
+
+namespace parity::kernels {
+
+at::Tensor kda_recurrent(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                         const at::Tensor& g, const at::Tensor& beta) {
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), K = q.size(3), Vd = v.size(3);
+  auto S = at::zeros({B, H, K, Vd}, v.options());
+  std::vector<at::Tensor> outs;
+  outs.reserve(T);
+  for (int64_t t = 0; t < T; ++t) {
+    auto kt = k.select(2, t);                                        // [B,H,K]
+    S = g.select(2, t).exp().unsqueeze(-1) * S;
+    auto kS = at::matmul(kt.unsqueeze(-2), S).squeeze(-2);           // S^T k: [B,H,V]
+    auto u = beta.select(2, t).unsqueeze(-1) * (v.select(2, t) - kS);
+    S = S + kt.unsqueeze(-1) * u.unsqueeze(-2);
+    outs.push_back(at::matmul(q.select(2, t).unsqueeze(-2), S).squeeze(-2));
+  }
+  return at::stack(outs, 2);
+}
+
+at::Tensor kda_chunked(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
+                       const at::Tensor& g_in, const at::Tensor& beta_in, int64_t C) {
+  const int64_t B = q_in.size(0), H = q_in.size(1), T = q_in.size(2), K = q_in.size(3),
+                Vd = v_in.size(3);
+  const int64_t NC = (T + C - 1) / C, pad = NC * C - T;
+  // Zero padding at the end: k = v = beta = 0 adds nothing, g = 0 decays nothing, and the
+  // padded outputs are cut off.
+  auto padT = [&](const at::Tensor& x) {
+    if (pad == 0) return x;
+    auto sizes = x.sizes().vec();
+    sizes[2] = pad;
+    return at::cat({x, at::zeros(sizes, x.options())}, 2);
+  };
+  auto q = padT(q_in).view({B, H, NC, C, K});
+  auto k = padT(k_in).view({B, H, NC, C, K});
+  auto v = padT(v_in).view({B, H, NC, C, Vd});
+  auto g = padT(g_in).view({B, H, NC, C, K});
+  auto beta = padT(beta_in).view({B, H, NC, C, 1});
+
+  auto G = g.cumsum(3);                                              // [B,H,NC,C,K]
+  auto opts_b = q.options().dtype(at::kBool);
+  auto on_or_below = at::ones({C, C}, opts_b).tril();                // i <= t
+  auto below = at::ones({C, C}, opts_b).tril(-1);                    // i < t
+  // E[t,i,k] = exp(G_t - G_i)_k where i <= t, else 0 (masked before the exp).
+  auto diff = G.unsqueeze(4) - G.unsqueeze(3);                       // [B,H,NC,C,C,K]
+  auto E = diff.masked_fill(on_or_below.logical_not().unsqueeze(-1),
+                            -std::numeric_limits<double>::infinity())
+               .exp();
+  auto Ek = E * k.unsqueeze(3);                                      // E[t,i,k] k_i,k
+  auto A = at::matmul(Ek, k.unsqueeze(-1)).squeeze(-1);              // [B,H,NC,C,C]
+  A = (beta * A).masked_fill(below.logical_not(), 0.0);
+  auto P = at::matmul(Ek, q.unsqueeze(-1)).squeeze(-1);              // zero above the diagonal
+
+  auto eye = at::eye(C, q.options());
+  auto IA = A + eye;
+  auto expG = G.exp();
+  auto W = at::linalg_solve_triangular(IA, beta * (k * expG), /*upper=*/false, /*left=*/true,
+                                       /*unitriangular=*/true);     // [B,H,NC,C,K]
+  auto Uv = at::linalg_solve_triangular(IA, beta * v, false, true, true);  // [B,H,NC,C,V]
+  auto Qg = q * expG;
+  auto GC = G.narrow(3, C - 1, 1);                                   // [B,H,NC,1,K]
+  auto Kd = k * (GC - G).exp();
+  auto decay = GC.squeeze(3).exp().unsqueeze(-1);                    // [B,H,NC,K,1]
+
+  auto S = at::zeros({B, H, K, Vd}, v.options());
+  std::vector<at::Tensor> outs;
+  outs.reserve(NC);
+  for (int64_t n = 0; n < NC; ++n) {
+    auto U = Uv.select(2, n) - at::matmul(W.select(2, n), S);        // [B,H,C,V]
+    outs.push_back(at::matmul(Qg.select(2, n), S) + at::matmul(P.select(2, n), U));
+    S = decay.select(2, n) * S + at::matmul(Kd.select(2, n).transpose(-1, -2), U);
+  }
+  auto o = at::stack(outs, 2).view({B, H, NC * C, Vd});
+  return pad == 0 ? o : o.narrow(2, 0, T);
+}
+
+at::Tensor causal_depthwise_conv(const at::Tensor& x, const at::Tensor& w) {
+  const int64_t T = x.size(1), J = w.size(1);
+  auto xp = at::constant_pad_nd(x, {0, 0, J - 1, 0});                // [B,T+J-1,C]
+  at::Tensor y;
+  for (int64_t j = 0; j < J; ++j) {
+    auto term = xp.narrow(1, j, T) * w.select(1, j);
+    y = j == 0 ? term : y + term;
+  }
+  return y;
+}
+
+at::Tensor kda(const at::Tensor& x, const KdaWeights& w, const KdaDims& d) {
+  const int64_t B = x.size(0), T = x.size(1), H = d.n_heads, K = d.head_dim;
+  const auto stream = x.scalar_type();
+  const auto acc = accum_dtype(stream);
+  auto heads = [&](const at::Tensor& t) {  // [B,T,H*K] -> [B,H,T,K] in acc
+    return t.view({B, T, H, K}).transpose(1, 2).to(acc);
+  };
+  auto q = heads(at::silu(causal_depthwise_conv(project(x, w.q_proj), w.q_conv)));
+  auto k = heads(at::silu(causal_depthwise_conv(project(x, w.k_proj), w.k_conv)));
+  auto v = heads(at::silu(causal_depthwise_conv(project(x, w.v_proj), w.v_conv)));
+  q = l2_normalize(q) * (1.0 / std::sqrt(static_cast<double>(K)));
+  k = l2_normalize(k);
+  auto beta = at::sigmoid(project(x, w.b_proj).to(acc)).transpose(1, 2);       // [B,H,T]
+  auto f = project(project(x, w.f_a), w.f_b).to(acc) + w.dt_bias.to(acc);      // [B,T,H*K]
+  auto rate = w.A_log.to(acc).exp().repeat_interleave(K);                     // [H*K]
+  auto g = heads(-5.0 * at::sigmoid(rate * f));
+
+  auto o = d.impl == KdaImpl::Chunked ? kda_chunked(q, k, v, g, beta, d.chunk)
+                                      : kda_recurrent(q, k, v, g, beta);     // [B,H,T,K]
+  o = rms_norm(o.transpose(1, 2), w.o_norm.to(acc), d.norm_eps).to(stream)   // per head
+          .reshape({B, T, H * K});
+  return project(o * at::sigmoid(project(x, w.out_gate)), w.o_proj);
+}
+
+}  // namespace parity::kernels

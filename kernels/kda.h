@@ -1,0 +1,63 @@
+// Kimi Delta Attention: the gated delta rule with a per-key-channel decay (DESIGN.md
+// section 4).
+//
+// Per head, with state S [K, V] starting at zero:
+//   S_t = diag(exp g_t) S_{t-1}
+//   S_t += beta_t k_t (v_t - S_t^T k_t)^T
+//   o_t = S_t^T q_t
+//
+// The core runs in acc (fp32 for bf16/fp32 streams, fp64 for fp64): callers upcast.
+// Shapes: q_BHTK, k_BHTK, v_BHTV, g_BHTK (log-space decay, <= 0), beta_BHT -> o_BHTV.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace parity::kernels {
+
+// The naive token-by-token recurrence: the algorithmic ground truth.
+at::Tensor kda_recurrent(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                         const at::Tensor& g, const at::Tensor& beta);
+
+// The chunked form (the default), chunks of C tokens; T need not be a multiple of C.
+// Per chunk, S0 the state entering it and G the in-chunk cumulative sum of g:
+//   A[t,i] = beta_t sum_k exp(G_t - G_i)_k k_t,k k_i,k   (i < t)
+//   P[t,i] = sum_k exp(G_t - G_i)_k q_t,k k_i,k          (i <= t)
+//   U      = (I + A)^-1 beta (V - (K exp G) S0)  =  Uv - W S0, with
+//            Uv = (I + A)^-1 (beta V),  W = (I + A)^-1 (beta K exp G)   (all chunks at once)
+//   O      = (Q exp G) S0 + P U
+//   S_next = exp(G_C) S0 + (K exp(G_C - G))^T U
+// exp(G_t - G_i) is formed only where i <= t (masked before the exp: the other half
+// overflows).
+at::Tensor kda_chunked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                       const at::Tensor& g, const at::Tensor& beta, int64_t chunk);
+
+enum class KdaImpl { Recurrent, Chunked };
+
+struct KdaDims {
+  int64_t n_heads, head_dim, conv;
+  int64_t chunk;
+  double norm_eps;
+  KdaImpl impl = KdaImpl::Chunked;
+};
+
+struct KdaWeights {
+  at::Tensor q_proj, k_proj, v_proj;      // [H*K, D]
+  at::Tensor q_conv, k_conv, v_conv;      // [H*K, conv] causal depthwise taps
+  at::Tensor b_proj;                      // [H, D]
+  at::Tensor f_a, f_b;                    // [K, D], [H*K, K]
+  at::Tensor A_log;                       // [H]
+  at::Tensor dt_bias;                     // [H*K]
+  at::Tensor o_norm;                      // [K] per-head RMSNorm weight
+  at::Tensor out_gate, o_proj;            // [H*K, D], [D, H*K]
+};
+
+// Causal depthwise convolution with taps w_CJ: y_t = sum_j w_j x_{t-J+1+j} (zero history).
+// x_BTC -> y_BTC. Written as J shifted multiply-adds in tap order (a fixed reduction order).
+at::Tensor causal_depthwise_conv(const at::Tensor& x_BTC, const at::Tensor& w_CJ);
+
+// The KDA mixer: projections, conv + SiLU, L2-normalised q and k (q scaled by K^-0.5),
+// beta = sigmoid(b(x)), g = -5 sigmoid(exp(A_log) (f_b(f_a(x)) + dt_bias)), the core in acc,
+// per-head RMSNorm of o times sigmoid(out_gate(x)), o_proj. x_BTD -> y_BTD.
+at::Tensor kda(const at::Tensor& x_BTD, const KdaWeights& w, const KdaDims& d);
+
+}  // namespace parity::kernels

@@ -1,0 +1,86 @@
+#include "kernels/optim.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "kernels/config.h"
+
+namespace parity::kernels {
+
+double learning_rate(const AdamWConfig& c, int64_t step) {
+  if (c.warmup_steps <= 0) return c.lr;
+  return c.lr * std::min(1.0, static_cast<double>(step) / c.warmup_steps);
+}
+
+AdamW::AdamW(AdamWConfig cfg, const std::vector<at::Tensor>& params) : cfg_(cfg) {
+  for (const auto& p : params) {
+    m_.push_back(at::zeros_like(p));
+    v_.push_back(at::zeros_like(p));
+  }
+}
+
+void AdamW::step(std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                 int64_t step) {
+  at::NoGradGuard no_grad;
+  const double lr = learning_rate(cfg_, step);
+  const double bc1 = 1.0 - std::pow(cfg_.beta1, static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(cfg_.beta2, static_cast<double>(step));
+  const double step_size = lr / bc1;
+  const double bc2_sqrt = std::sqrt(bc2);
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto& p = params[i];
+    const auto& g = grads[i];
+    p.mul_(1.0 - lr * cfg_.weight_decay);
+    m_[i].lerp_(g, 1.0 - cfg_.beta1);
+    v_[i].mul_(cfg_.beta2).addcmul_(g, g, 1.0 - cfg_.beta2);
+    auto denom = (v_[i].sqrt() / bc2_sqrt).add_(cfg_.eps);
+    p.addcdiv_(m_[i], denom, -step_size);
+  }
+}
+
+ClipOrder parse_clip_order(const std::string& s) {
+  if (s == "single") return ClipOrder::Single;
+  if (s == "per-rank") return ClipOrder::PerRank;
+  throw ConfigError("unknown clip order '" + s + "'; use single or per-rank");
+}
+
+const char* to_string(ClipOrder o) { return o == ClipOrder::Single ? "single" : "per-rank"; }
+
+namespace {
+at::Tensor norm_of_norms(const std::vector<at::Tensor>& grads, const std::vector<size_t>& idx) {
+  std::vector<at::Tensor> norms;
+  norms.reserve(idx.size());
+  for (auto i : idx) norms.push_back(at::linalg_vector_norm(grads[i], 2));
+  return at::linalg_vector_norm(at::stack(norms), 2);
+}
+}  // namespace
+
+at::Tensor total_grad_norm(const std::vector<at::Tensor>& grads, ClipOrder order,
+                           const std::vector<int>& rank_of) {
+  at::NoGradGuard no_grad;
+  if (order == ClipOrder::Single) {
+    std::vector<size_t> all(grads.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+    return norm_of_norms(grads, all);
+  }
+  if (rank_of.size() != grads.size())
+    throw ConfigError("per-rank clip order needs a rank for every parameter (got " +
+                      std::to_string(rank_of.size()) + " for " + std::to_string(grads.size()) +
+                      " parameters)");
+  std::map<int, std::vector<size_t>> by_rank;
+  for (size_t i = 0; i < grads.size(); ++i) by_rank[rank_of[i]].push_back(i);
+  std::vector<at::Tensor> squares;
+  for (auto& [rank, idx] : by_rank) squares.push_back(norm_of_norms(grads, idx).pow(2));
+  return at::stack(squares).sum().sqrt();
+}
+
+void clip_grads(std::vector<at::Tensor>& grads, const at::Tensor& total_norm, double max_norm) {
+  at::NoGradGuard no_grad;
+  auto coef = (max_norm / (total_norm + 1e-6)).clamp_max(1.0);
+  for (auto& g : grads) g.mul_(coef);
+}
+
+}  // namespace parity::kernels

@@ -1,0 +1,36 @@
+#include "kernels/precision.h"
+
+#include "kernels/config.h"
+
+namespace parity::kernels {
+
+Precision parse_precision(const std::string& s) {
+  if (s == "fp32") return Precision::FP32;
+  if (s == "bf16") return Precision::BF16;
+  if (s == "fp64") return Precision::FP64;
+  throw ConfigError("unknown dtype '" + s + "'; use fp32, bf16 or fp64");
+}
+
+const char* to_string(Precision p) {
+  switch (p) {
+    case Precision::FP32: return "fp32";
+    case Precision::BF16: return "bf16";
+    case Precision::FP64: return "fp64";
+  }
+  return "?";
+}
+
+at::ScalarType compute_dtype(Precision p) {
+  switch (p) {
+    case Precision::FP32: return at::kFloat;
+    case Precision::BF16: return at::kBFloat16;
+    case Precision::FP64: return at::kDouble;
+  }
+  return at::kFloat;
+}
+
+at::ScalarType master_dtype(Precision p) { return p == Precision::FP64 ? at::kDouble : at::kFloat; }
+
+at::ScalarType accum_dtype(at::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
+
+}  // namespace parity::kernels

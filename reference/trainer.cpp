@@ -1,0 +1,166 @@
+#include "reference/trainer.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+
+#include "kernels/config.h"
+
+namespace parity::reference {
+
+using kernels::NamedTensors;
+using kernels::Precision;
+
+GradAccum parse_grad_accum(const std::string& s) {
+  if (s == "auto") return GradAccum::Auto;
+  if (s == "bf16") return GradAccum::BF16;
+  if (s == "fp32") return GradAccum::FP32;
+  throw kernels::ConfigError("unknown --grad-accum '" + s + "'; use auto, bf16 or fp32");
+}
+
+std::string effective_grad_accum(const TrainConfig& c) {
+  if (c.precision != Precision::BF16) return "fp32";  // the two modes coincide
+  return c.grad_accum == GradAccum::FP32 ? "fp32" : "bf16";
+}
+
+ReferenceTrainer::ReferenceTrainer(TrainConfig cfg, const NamedTensors& init,
+                                   const datasets::TokenRows& data)
+    : cfg_(std::move(cfg)),
+      model_(cfg_.model, cfg_.model_options),
+      data_(data),
+      optimizer_(cfg_.adamw, {}) {
+  const auto device = torch::Device(cfg_.device);
+  const auto mdt = kernels::master_dtype(cfg_.precision);
+  std::vector<at::Tensor> masters;
+  for (const auto& t : init.tensors()) masters.push_back(t.to(device, mdt).clone());
+  master_ = NamedTensors(init.names(), masters);
+  auto bufs = kernels::init_buffers(cfg_.model);
+  std::vector<at::Tensor> btensors;
+  for (const auto& t : bufs.tensors())
+    btensors.push_back(t.to(device, kernels::compute_dtype(cfg_.precision)));
+  buffers_ = NamedTensors(bufs.names(), btensors);
+  optimizer_ = kernels::AdamW(cfg_.adamw, master_.tensors());
+}
+
+kernels::RunInfo ReferenceTrainer::run_info() const {
+  kernels::RunInfo info;
+  info.trainer = "reference";
+  info.flavor = cfg_.model.name;
+  info.precision = kernels::to_string(cfg_.precision);
+  info.grad_accum = effective_grad_accum(cfg_);
+  info.clip_order = kernels::to_string(cfg_.clip_order);
+  info.attn_res_impl =
+      cfg_.model_options.attn_res == kernels::AttnResImpl::Plain ? "plain" : "recompute";
+  info.kda_impl = cfg_.model_options.kda == kernels::KdaImpl::Chunked ? "chunked" : "recurrent";
+  info.device = cfg_.device;
+  info.seed = cfg_.seed;
+  info.threads = cfg_.threads;
+  info.steps = cfg_.steps;
+  info.microbatches = cfg_.microbatches;
+  info.rows = cfg_.rows;
+  info.seq_len = data_.seq_len();
+  info.dp = cfg_.dp;
+  info.reverse_microbatches = cfg_.reverse_microbatches;
+  info.fqns = master_.names();
+  return info;
+}
+
+void ReferenceTrainer::run(kernels::StepObserver& observer) {
+  at::set_num_threads(cfg_.threads);
+  observer.on_start(run_info());
+  for (int64_t s = 1; s <= cfg_.steps; ++s) step(s, observer);
+  observer.on_end();
+}
+
+void ReferenceTrainer::step(int64_t s, kernels::StepObserver& observer) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto device = torch::Device(cfg_.device);
+  const auto cdt = kernels::compute_dtype(cfg_.precision);
+  const auto mdt = kernels::master_dtype(cfg_.precision);
+  const bool accum_in_master = effective_grad_accum(cfg_) == "fp32";
+  const size_t P = master_.size();
+
+  // Compute copies, made once per step.
+  std::vector<at::Tensor> compute;
+  compute.reserve(P);
+  for (const auto& m : master_.tensors())
+    compute.push_back(cdt == mdt ? m.detach().requires_grad_(true)
+                                 : m.detach().to(cdt).requires_grad_(true));
+  const NamedTensors weights(master_.names(), compute);
+
+  const int64_t T = data_.seq_len();
+  const datasets::BatchShape shape{cfg_.dp, cfg_.microbatches, cfg_.rows};
+  const int64_t n_global = static_cast<int64_t>(cfg_.dp) * cfg_.microbatches * cfg_.rows * T;
+
+  // Takes the compute copies' gradients in the master dtype and clears them.
+  auto take_grads = [&]() {
+    std::vector<at::Tensor> g(P);
+    for (size_t i = 0; i < P; ++i) {
+      auto& cg = compute[i].mutable_grad();
+      g[i] = cg.defined() ? cg.to(mdt) : at::zeros_like(master_[i]);
+      cg.reset();
+    }
+    return g;
+  };
+
+  std::vector<at::Tensor> grads;        // summed over dp replicas, rank order
+  std::vector<at::Tensor> mb_losses;    // execution order over all replicas
+  at::Tensor loss;
+  std::vector<int64_t> inputs, labels;
+  for (int r = 0; r < cfg_.dp; ++r) {
+    std::vector<at::Tensor> replica_losses;
+    std::vector<at::Tensor> replica_grads;
+    for (int m = 0; m < cfg_.microbatches; ++m) {
+      auto rows = datasets::microbatch_rows(shape, data_.num_rows(), s, r, m,
+                                            cfg_.reverse_microbatches);
+      datasets::fill_microbatch(data_, rows, inputs, labels);
+      auto opts = torch::TensorOptions().dtype(torch::kLong);
+      auto tok = torch::from_blob(inputs.data(), {cfg_.rows, T}, opts).to(device);
+      auto lab = torch::from_blob(labels.data(), {cfg_.rows, T}, opts).to(device);
+      auto l_m = model_.loss_sum(weights, buffers_, tok, lab) / static_cast<double>(n_global);
+      l_m.backward();
+      replica_losses.push_back(l_m.detach());
+      if (accum_in_master) {
+        auto g = take_grads();
+        if (replica_grads.empty())
+          replica_grads = std::move(g);
+        else
+          for (size_t i = 0; i < P; ++i) replica_grads[i].add_(g[i]);
+      }
+    }
+    if (!accum_in_master) replica_grads = take_grads();
+    auto replica_loss = torch::stack(replica_losses).sum();
+    loss = r == 0 ? replica_loss : loss + replica_loss;
+    if (r == 0)
+      grads = std::move(replica_grads);
+    else
+      for (size_t i = 0; i < P; ++i) grads[i].add_(replica_grads[i]);
+    for (auto& l : replica_losses) mb_losses.push_back(l);
+  }
+
+  const bool keep = observer.wants_tensors(s);
+  std::vector<at::Tensor> grads_before_clip;
+  if (keep)
+    for (const auto& g : grads) grads_before_clip.push_back(g.clone());
+
+  auto norm = kernels::total_grad_norm(grads, cfg_.clip_order, cfg_.param_rank);
+  kernels::clip_grads(grads, norm, cfg_.max_norm);
+  optimizer_.step(master_.tensors(), grads, s);
+
+  kernels::StepRecord rec;
+  rec.step = s;
+  rec.lr = kernels::learning_rate(cfg_.adamw, s);
+  rec.loss = loss;
+  rec.grad_norm = norm;
+  rec.mb_losses = mb_losses;
+  rec.tokens = n_global;
+  rec.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (keep) {
+    rec.grads = &grads_before_clip;
+    rec.params = &master_.tensors();
+  }
+  observer.on_step(rec);
+}
+
+}  // namespace parity::reference

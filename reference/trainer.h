@@ -1,0 +1,84 @@
+// The single-device reference trainer: orchestration only, no math of its own
+// (DESIGN.md section 3). Every number it produces comes from the kernel set.
+//
+// One step:
+//   * the compute copies of the master parameters are made once (bf16 mode: a bf16 copy;
+//     fp32/fp64: the masters themselves, detached);
+//   * dp replicas x M micro-batches x B rows x T tokens; micro-batch m's loss is
+//     l_m = (sum of its token cross-entropies) / N_global, N_global the label tokens of the
+//     whole step, and each l_m is back-propagated on its own, in micro-batch order;
+//   * gradient accumulation: `bf16` accumulates in the compute dtype over the micro-batches
+//     and converts to the master dtype once after the last; `fp32` adds each micro-batch's
+//     gradients into a master-dtype buffer right after its backward (the same thing in fp32
+//     and fp64 modes);
+//   * dp: each replica accumulates its own micro-batches; the replicas' gradients are then
+//     summed in rank order;
+//   * the logged loss is stack(l_m).sum() (one reduction) per replica, summed over replicas
+//     in rank order;
+//   * the total norm (single or per-rank order), clipping, AdamW.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <vector>
+
+#include "datasets/rows.h"
+#include "kernels/model.h"
+#include "kernels/observer.h"
+#include "kernels/optim.h"
+#include "kernels/params.h"
+#include "kernels/precision.h"
+
+namespace parity::reference {
+
+enum class GradAccum { Auto, BF16, FP32 };
+GradAccum parse_grad_accum(const std::string& s);  // "auto" | "bf16" | "fp32"
+
+struct TrainConfig {
+  kernels::ModelConfig model;
+  kernels::ModelOptions model_options;
+  kernels::Precision precision = kernels::Precision::FP32;
+  GradAccum grad_accum = GradAccum::Auto;  // Auto: bf16 in bf16 mode
+  int64_t steps = 20;
+  int dp = 1;
+  int microbatches = 4;
+  int rows = 1;  // B, rows per micro-batch
+  uint64_t seed = 42;
+  int threads = 1;
+  std::string device = "cpu";
+  kernels::ClipOrder clip_order = kernels::ClipOrder::Single;
+  double max_norm = 1.0;
+  std::vector<int> param_rank;  // per-rank clip order: the rank that owns each parameter
+  bool reverse_microbatches = false;
+  kernels::AdamWConfig adamw;
+};
+
+// The accumulation mode actually used ("bf16" or "fp32").
+std::string effective_grad_accum(const TrainConfig& c);
+
+class ReferenceTrainer {
+ public:
+  // init: fp32 master parameters in FQN order (from init_params or a checkpoint).
+  ReferenceTrainer(TrainConfig cfg, const kernels::NamedTensors& init,
+                   const datasets::TokenRows& data);
+
+  // Runs cfg.steps steps, reporting each to the observer.
+  void run(kernels::StepObserver& observer);
+
+  const TrainConfig& config() const { return cfg_; }
+  const kernels::NamedTensors& master() const { return master_; }
+  kernels::RunInfo run_info() const;
+
+ private:
+  void step(int64_t s, kernels::StepObserver& observer);
+
+  TrainConfig cfg_;
+  kernels::Model model_;
+  const datasets::TokenRows& data_;
+  kernels::NamedTensors master_;
+  kernels::NamedTensors buffers_;
+  kernels::AdamW optimizer_;
+};
+
+}  // namespace parity::reference

@@ -1,0 +1,428 @@
+// Tests for parity::h5 (compare/h5.h): round trips per dtype, groups, attributes, atomic
+// writes, error messages, and that h5dump reads the bf16 layout.
+#include "compare/h5.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+namespace h5 = parity::h5;
+
+namespace {
+
+class H5Test : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() /
+           ("parity_test_h5_" + std::to_string(::getpid()) + "_" + info->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  std::string file(const std::string& name) const { return (dir_ / name).string(); }
+
+  fs::path dir_;
+};
+
+template <class T>
+T from_bits(uint64_t bits) {
+  T v;
+  static_assert(sizeof(T) <= sizeof(bits));
+  std::memcpy(&v, &bits, sizeof(T));
+  return v;
+}
+
+// Calls fn, expects an h5::Error and returns its message ("" and a failure otherwise).
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const h5::Error& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected h5::Error, got another exception: " << e.what();
+    return {};
+  }
+  ADD_FAILURE() << "expected h5::Error, nothing was thrown";
+  return {};
+}
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+// Writes `values` as 0-d (first value), 1-d (all), 3-d (2x3x4, cycling) and empty datasets,
+// commits, reopens and compares dtype, shape and bytes exactly.
+template <class T>
+void round_trip(const std::string& path, h5::DType dtype, const std::vector<T>& values) {
+  ASSERT_EQ(h5::dtype_size(dtype), sizeof(T));
+  ASSERT_FALSE(values.empty());
+  std::vector<T> cube(2 * 3 * 4);
+  for (size_t i = 0; i < cube.size(); ++i) cube[i] = values[i % values.size()];
+
+  struct Case {
+    std::string name;
+    std::vector<int64_t> shape;
+    const T* data;
+    size_t n;
+  };
+  const std::vector<Case> cases = {
+      {"/scalar", {}, values.data(), 1},
+      {"/vector", {static_cast<int64_t>(values.size())}, values.data(), values.size()},
+      {"/g/cube", {2, 3, 4}, cube.data(), cube.size()},
+      {"/g/empty", {3, 0}, nullptr, 0},
+  };
+  {
+    h5::File f = h5::File::create(path);
+    for (const Case& c : cases) h5::write(f, c.name, dtype, c.shape, c.data);
+    f.commit();
+  }
+  const h5::File f = h5::File::open_read(path);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(h5::dtype_name(dtype)) + " " + c.name);
+    const h5::Array a = h5::read(f, c.name);
+    EXPECT_EQ(a.dtype, dtype);
+    EXPECT_EQ(a.shape, c.shape);
+    EXPECT_EQ(a.numel(), static_cast<int64_t>(c.n));
+    ASSERT_EQ(a.bytes.size(), c.n * sizeof(T));
+    if (c.n > 0) {
+      EXPECT_EQ(std::memcmp(a.bytes.data(), c.data, a.bytes.size()), 0);
+    }
+  }
+}
+
+}  // namespace
+
+TEST(H5DType, SizesAndNames) {
+  EXPECT_EQ(h5::dtype_size(h5::DType::F32), 4u);
+  EXPECT_EQ(h5::dtype_size(h5::DType::F64), 8u);
+  EXPECT_EQ(h5::dtype_size(h5::DType::BF16), 2u);
+  EXPECT_EQ(h5::dtype_size(h5::DType::I64), 8u);
+  EXPECT_EQ(h5::dtype_size(h5::DType::I32), 4u);
+  EXPECT_EQ(h5::dtype_size(h5::DType::U8), 1u);
+  EXPECT_STREQ(h5::dtype_name(h5::DType::BF16), "bfloat16");
+  EXPECT_STREQ(h5::dtype_name(h5::DType::F32), "float32");
+}
+
+TEST_F(H5Test, RoundTripF32) {
+  round_trip<float>(file("f32.h5"), h5::DType::F32,
+                    {1.5f, from_bits<float>(0x7fc12345),  // quiet NaN with payload
+                     from_bits<float>(0xffa00001),         // signalling NaN, sign set
+                     -0.0f, std::numeric_limits<float>::infinity(),
+                     -std::numeric_limits<float>::infinity(),
+                     from_bits<float>(0x00000001),  // smallest denormal
+                     from_bits<float>(0x807fffff),  // largest negative denormal
+                     std::numeric_limits<float>::max(), 3.14159265f});
+}
+
+TEST_F(H5Test, RoundTripF64) {
+  round_trip<double>(file("f64.h5"), h5::DType::F64,
+                     {-2.25, from_bits<double>(0x7ff8000000abcdefULL),
+                      from_bits<double>(0xfff0000000000001ULL), -0.0,
+                      std::numeric_limits<double>::infinity(),
+                      -std::numeric_limits<double>::infinity(),
+                      from_bits<double>(0x0000000000000001ULL),
+                      from_bits<double>(0x800fffffffffffffULL),
+                      std::numeric_limits<double>::lowest(), 1e-300});
+}
+
+TEST_F(H5Test, RoundTripBF16RawBits) {
+  round_trip<uint16_t>(file("bf16.h5"), h5::DType::BF16,
+                       {0x3fc0,   // 1.5
+                        0x7fc1,   // NaN with payload
+                        0xff81,   // signalling NaN, sign set
+                        0x8000,   // -0
+                        0x7f80,   // +inf
+                        0xff80,   // -inf
+                        0x0001,   // smallest denormal
+                        0x807f,   // largest negative denormal
+                        0x7f7f,   // max
+                        0xc049}); // about -3.14
+}
+
+TEST_F(H5Test, RoundTripI64) {
+  round_trip<int64_t>(file("i64.h5"), h5::DType::I64,
+                      {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(),
+                       -1, 0, 1, 1234567890123LL});
+}
+
+TEST_F(H5Test, RoundTripI32) {
+  round_trip<int32_t>(file("i32.h5"), h5::DType::I32,
+                      {std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max(),
+                       -1, 0, 7});
+}
+
+TEST_F(H5Test, RoundTripU8) {
+  round_trip<uint8_t>(file("u8.h5"), h5::DType::U8, {0, 255, 128, 1, 127});
+}
+
+TEST_F(H5Test, NestedGroupsListAndExists) {
+  const std::string p = file("groups.h5");
+  const float one = 1.0f;
+  {
+    h5::File f = h5::File::create(p);
+    // Creation order deliberately differs from name order.
+    h5::write(f, "/step_000001/grads/layers.0.attention.wq_a.weight", h5::DType::F32, {1}, &one);
+    h5::write(f, "/step_000001/grads/layers.0.attention.wq_b.weight", h5::DType::F32, {1}, &one);
+    h5::write(f, "step_000001/grads/embed.weight", h5::DType::F32, {1}, &one);  // no leading '/'
+    h5::write(f, "/step_000001/loss", h5::DType::F32, {}, &one);
+    // More than 8 links: dense link storage must keep creation order too.
+    for (int i = 19; i >= 0; --i) {
+      h5::write(f, "/many/t" + std::to_string(100 + i), h5::DType::F32, {}, &one);
+    }
+    // Readable before commit.
+    EXPECT_TRUE(h5::exists(f, "/step_000001/grads/embed.weight"));
+    f.commit();
+  }
+  const h5::File f = h5::File::open_read(p);
+  EXPECT_EQ(h5::list(f, "/"), (std::vector<std::string>{"step_000001", "many"}));
+  EXPECT_EQ(h5::list(f, "/step_000001"), (std::vector<std::string>{"grads", "loss"}));
+  EXPECT_EQ(h5::list(f, "/step_000001/grads"),
+            (std::vector<std::string>{"layers.0.attention.wq_a.weight",
+                                      "layers.0.attention.wq_b.weight", "embed.weight"}));
+  std::vector<std::string> many;
+  for (int i = 19; i >= 0; --i) many.push_back("t" + std::to_string(100 + i));
+  EXPECT_EQ(h5::list(f, "/many"), many);
+
+  EXPECT_TRUE(h5::exists(f, "/"));
+  EXPECT_TRUE(h5::exists(f, "/step_000001"));
+  EXPECT_TRUE(h5::exists(f, "/step_000001/grads"));
+  EXPECT_TRUE(h5::exists(f, "/step_000001/grads/layers.0.attention.wq_a.weight"));
+  EXPECT_TRUE(h5::exists(f, "step_000001/grads/embed.weight"));
+  EXPECT_FALSE(h5::exists(f, "/step_000001/grads/missing.weight"));
+  EXPECT_FALSE(h5::exists(f, "/step_000002/grads/layers.0.attention.wq_a.weight"));
+  EXPECT_FALSE(h5::exists(f, "/step_000002"));
+  // An intermediate component that is a dataset, not a group.
+  EXPECT_FALSE(h5::exists(f, "/step_000001/loss/child"));
+
+  const h5::Array a = h5::read(f, "/step_000001/grads/layers.0.attention.wq_b.weight");
+  ASSERT_EQ(a.bytes.size(), sizeof(float));
+  EXPECT_EQ(std::memcmp(a.bytes.data(), &one, sizeof(float)), 0);
+
+  // list of a dataset or of a missing group is an error naming the object.
+  EXPECT_TRUE(contains(error_of([&] { h5::list(f, "/step_000001/loss"); }), "/step_000001/loss"));
+  EXPECT_TRUE(contains(error_of([&] { h5::list(f, "/nope"); }), "/nope"));
+}
+
+TEST_F(H5Test, WriteRejectsBadRequests) {
+  const std::string p = file("bad.h5");
+  const float v = 2.0f;
+  h5::File f = h5::File::create(p);
+  h5::write(f, "/a/x", h5::DType::F32, {1}, &v);
+  EXPECT_TRUE(contains(error_of([&] { h5::write(f, "/a/x", h5::DType::F32, {1}, &v); }),
+                       "already exists"));
+  EXPECT_TRUE(contains(error_of([&] { h5::write(f, "/a/x/y", h5::DType::F32, {1}, &v); }),
+                       "not a group"));
+  EXPECT_TRUE(contains(error_of([&] { h5::write(f, "/b", h5::DType::F32, {-1}, &v); }),
+                       "negative"));
+  EXPECT_TRUE(contains(error_of([&] { h5::write(f, "/c", h5::DType::F32, {2}, nullptr); }),
+                       "null"));
+  EXPECT_TRUE(contains(error_of([&] { h5::write(f, "/d//e", h5::DType::F32, {1}, &v); }),
+                       "invalid object path"));
+  EXPECT_TRUE(contains(error_of([&] { h5::read(f, "/a"); }), "not a dataset"));
+  f.commit();
+  EXPECT_FALSE(f.is_open());
+  EXPECT_TRUE(contains(error_of([&] { h5::write(f, "/z", h5::DType::F32, {1}, &v); }), p));
+
+  h5::File r = h5::File::open_read(p);
+  EXPECT_TRUE(contains(error_of([&] { h5::write(r, "/z", h5::DType::F32, {1}, &v); }),
+                       "read-only"));
+  EXPECT_TRUE(contains(error_of([&] { h5::set_attr(r, "/", "k", int64_t{1}); }), "read-only"));
+}
+
+TEST_F(H5Test, AttributesRoundTrip) {
+  const std::string p = file("attrs.h5");
+  std::string big = "{\"config\": \"caf\xc3\xa9 \xe2\x86\x92 ";  // UTF-8 content
+  while (big.size() < 100 * 1024) big += "0123456789abcdef";
+  big += "\"}";
+  const double third = 1.0 / 3.0;
+  const float x = 0.5f;
+  {
+    h5::File f = h5::File::create(p);
+    h5::write(f, "/step_000001/grads/w.weight", h5::DType::F32, {1}, &x);
+    h5::set_attr(f, "/", "config_json", big);
+    h5::set_attr(f, "/", "step", int64_t{-42});
+    h5::set_attr(f, "/", "lr", third);
+    h5::set_attr(f, "/", "count", 7);  // int goes through the integral template
+    h5::set_attr(f, "/", "max", std::numeric_limits<int64_t>::max());
+    h5::set_attr(f, "/step_000001", "kind", "grads");
+    h5::set_attr(f, "/step_000001/grads/w.weight", "scale", -0.0);
+    h5::set_attr(f, "/step_000001/grads/w.weight", "note", "first");
+    h5::set_attr(f, "/step_000001/grads/w.weight", "note", "replaced");
+    h5::set_attr(f, "/step_000001", "empty", std::string());
+    EXPECT_TRUE(contains(error_of([&] { h5::set_attr(f, "/missing", "a", 1.0); }), "/missing"));
+    EXPECT_TRUE(contains(
+        error_of([&] { h5::set_attr(f, "/", "nul", std::string("a\0b", 3)); }), "NUL"));
+    f.commit();
+  }
+  const h5::File f = h5::File::open_read(p);
+  EXPECT_EQ(h5::attr_string(f, "/", "config_json"), big);
+  EXPECT_EQ(h5::attr_int(f, "/", "step"), -42);
+  EXPECT_EQ(h5::attr_int(f, "/", "count"), 7);
+  EXPECT_EQ(h5::attr_int(f, "/", "max"), std::numeric_limits<int64_t>::max());
+  const double lr = h5::attr_double(f, "/", "lr");
+  EXPECT_EQ(std::memcmp(&lr, &third, sizeof(double)), 0);
+  EXPECT_EQ(h5::attr_double(f, "/", "step"), -42.0);  // integers read as reals too
+  EXPECT_EQ(h5::attr_string(f, "/step_000001", "kind"), "grads");
+  EXPECT_EQ(h5::attr_string(f, "/step_000001", "empty"), "");
+  const double scale = h5::attr_double(f, "/step_000001/grads/w.weight", "scale");
+  EXPECT_TRUE(std::signbit(scale));
+  EXPECT_EQ(scale, 0.0);
+  EXPECT_EQ(h5::attr_string(f, "step_000001/grads/w.weight", "note"), "replaced");
+
+  EXPECT_TRUE(h5::has_attr(f, "/", "config_json"));
+  EXPECT_FALSE(h5::has_attr(f, "/", "nope"));
+  EXPECT_FALSE(h5::has_attr(f, "/step_000001/grads/w.weight", "kind"));
+
+  const std::string missing = error_of([&] { h5::attr_int(f, "/", "nope"); });
+  EXPECT_TRUE(contains(missing, "no such attribute")) << missing;
+  EXPECT_TRUE(contains(missing, p)) << missing;
+  EXPECT_TRUE(contains(error_of([&] { h5::attr_int(f, "/", "lr"); }), "not an integer"));
+  EXPECT_TRUE(contains(error_of([&] { h5::attr_string(f, "/", "step"); }), "not a string"));
+  EXPECT_TRUE(contains(error_of([&] { h5::attr_double(f, "/", "config_json"); }), "not a number"));
+  EXPECT_TRUE(contains(error_of([&] { h5::has_attr(f, "/nope", "x"); }), "/nope"));
+}
+
+TEST_F(H5Test, AtomicCreateAndCommit) {
+  const std::string p = file("atomic.h5");
+  const int32_t v = 5;
+  std::string temp;
+  {
+    h5::File f = h5::File::create(p);
+    temp = f.temp_path();
+    EXPECT_EQ(f.path(), p);
+    EXPECT_EQ(temp, p + ".tmp." + std::to_string(::getpid()));
+    h5::write(f, "/x", h5::DType::I32, {1}, &v);
+    EXPECT_TRUE(fs::exists(temp));
+    EXPECT_FALSE(fs::exists(p));
+    // destroyed without commit
+  }
+  EXPECT_FALSE(fs::exists(p));
+  EXPECT_FALSE(fs::exists(temp));
+
+  {
+    h5::File f = h5::File::create(p);
+    h5::write(f, "/x", h5::DType::I32, {1}, &v);
+    h5::File moved = std::move(f);  // ownership moves, the temp file stays
+    EXPECT_FALSE(f.is_open());
+    EXPECT_TRUE(fs::exists(temp));
+    moved.commit();
+    EXPECT_TRUE(fs::exists(p));
+    EXPECT_FALSE(fs::exists(temp));
+    EXPECT_TRUE(contains(error_of([&] { moved.commit(); }), p));
+  }
+  EXPECT_TRUE(fs::exists(p));
+  EXPECT_FALSE(fs::exists(temp));
+  const h5::File r = h5::File::open_read(p);
+  EXPECT_EQ(h5::read(r, "/x").bytes.size(), sizeof(int32_t));
+
+  // A second create() over an existing final file leaves it intact until commit.
+  {
+    h5::File f = h5::File::create(p);
+    h5::write(f, "/y", h5::DType::I32, {1}, &v);
+  }
+  const h5::File again = h5::File::open_read(p);
+  EXPECT_TRUE(h5::exists(again, "/x"));
+  EXPECT_FALSE(h5::exists(again, "/y"));
+}
+
+TEST_F(H5Test, OpenMissingFileThrows) {
+  const std::string p = file("does_not_exist.h5");
+  const std::string msg = error_of([&] { h5::File::open_read(p); });
+  EXPECT_TRUE(contains(msg, p)) << msg;
+  EXPECT_TRUE(contains(msg, "no such file")) << msg;
+}
+
+TEST_F(H5Test, OpenNonHdf5FileThrows) {
+  const std::string p = file("text.h5");
+  std::ofstream(p) << "this is not an HDF5 file\n";
+  try {
+    h5::File::open_read(p);
+    FAIL() << "no error";
+  } catch (const h5::Error& e) {
+    const std::string msg = e.what();
+    EXPECT_TRUE(contains(msg, "cannot open '" + p + "' for reading: ")) << msg;
+    EXPECT_EQ(e.file(), p);
+    EXPECT_FALSE(e.reason().empty());
+    // Callers add their own remedy.
+    const h5::Error wrapped = e.with_remedy("regenerate it with parity init");
+    const std::string w = wrapped.what();
+    EXPECT_EQ(w, msg + "; regenerate it with parity init");
+    EXPECT_EQ(wrapped.remedy(), "regenerate it with parity init");
+  }
+}
+
+TEST_F(H5Test, OpenTruncatedFileThrows) {
+  const std::string p = file("truncated.h5");
+  {
+    std::vector<double> data(4096, 1.25);
+    h5::File f = h5::File::create(p);
+    h5::write(f, "/big", h5::DType::F64, {static_cast<int64_t>(data.size())}, data.data());
+    h5::set_attr(f, "/", "note", "will be truncated");
+    f.commit();
+  }
+  const auto size = fs::file_size(p);
+  fs::resize_file(p, size / 2);
+  const std::string msg = error_of([&] {
+    const h5::File f = h5::File::open_read(p);
+    h5::read(f, "/big");  // in case the open itself were to succeed
+  });
+  EXPECT_TRUE(contains(msg, p)) << msg;
+}
+
+TEST_F(H5Test, ReadMissingDatasetNamesObject) {
+  const std::string p = file("missing_ds.h5");
+  const uint8_t b = 1;
+  {
+    h5::File f = h5::File::create(p);
+    h5::write(f, "/step_000001/present", h5::DType::U8, {1}, &b);
+    f.commit();
+  }
+  const h5::File f = h5::File::open_read(p);
+  for (const std::string obj : {"/step_000001/absent", "/step_000009/grads/w"}) {
+    try {
+      h5::read(f, obj);
+      ADD_FAILURE() << "no error for " << obj;
+    } catch (const h5::Error& e) {
+      const std::string msg = e.what();
+      EXPECT_TRUE(contains(msg, obj)) << msg;
+      EXPECT_TRUE(contains(msg, p)) << msg;
+      EXPECT_EQ(e.object(), obj);
+    }
+  }
+}
+
+TEST_F(H5Test, H5dumpReadsBf16) {
+  if (std::system("command -v h5dump >/dev/null 2>&1") != 0) GTEST_SKIP() << "h5dump not on PATH";
+  const std::string p = file("bf16_dump.h5");
+  const std::vector<uint16_t> bits = {0x3fc0, 0xc000, 0x4049};  // 1.5, -2, 3.140625
+  {
+    h5::File f = h5::File::create(p);
+    h5::write(f, "/x", h5::DType::BF16, {3}, bits.data());
+    f.commit();
+  }
+  const std::string cmd = "h5dump -d /x '" + p + "' 2>&1";
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
+  const int rc = ::pclose(pipe);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_TRUE(contains(out, "(0): 1.5, -2, 3.14062")) << out;
+}

@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "cli/setup.h"
 #include "kernels/kda.h"
+#include "kernels/threads.h"
 #include "kernels/params.h"
 #include "reference/trainer.h"
 
@@ -79,7 +80,7 @@ int bench_kda(const BenchOptions& o) {
   auto cfg = kernels::flavor(o.run.flavor);
   auto precision = kernels::parse_precision(o.run.dtype);
   const auto dt = kernels::compute_dtype(precision);
-  at::set_num_threads(o.run.threads);
+  kernels::pin_threads(o.run.threads);
   auto all = kernels::init_params(cfg, o.run.seed);
   int layer = 0;
   while (cfg.mixer(layer) != kernels::MixerKind::KDA) ++layer;

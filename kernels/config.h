@@ -40,7 +40,7 @@ struct ModelConfig {
   // KDA (key and value head dims are equal)
   int kda_head = 128;
   int kda_conv = 4;
-  int kda_chunk = 32;  // tokens per chunk of the chunked form
+  int kda_chunk = 16;  // tokens per chunk of the chunked form ([C,C,K] work per chunk)
 
   // FFN
   int dense_hidden = 512;  // layer 0

@@ -56,10 +56,11 @@ at::Tensor kda_chunked(const at::Tensor& q_in, const at::Tensor& k_in, const at:
   auto E = diff.masked_fill(on_or_below.logical_not().unsqueeze(-1),
                             -std::numeric_limits<double>::infinity())
                .exp();
-  auto Ek = E * k.unsqueeze(3);                                      // E[t,i,k] k_i,k
-  auto A = at::matmul(Ek, k.unsqueeze(-1)).squeeze(-1);              // [B,H,NC,C,C]
+  // Element-wise products reduced over K (not batched mat-vec products: libtorch's CPU bmm
+  // is slow for [C,K]x[K,1] shapes).
+  auto A = (E * (k.unsqueeze(4) * k.unsqueeze(3))).sum(-1);         // [B,H,NC,C,C]
   A = (beta * A).masked_fill(below.logical_not(), 0.0);
-  auto P = at::matmul(Ek, q.unsqueeze(-1)).squeeze(-1);              // zero above the diagonal
+  auto P = (E * (q.unsqueeze(4) * k.unsqueeze(3))).sum(-1);         // zero above the diagonal
 
   auto eye = at::eye(C, q.options());
   auto IA = A + eye;

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "kernels/config.h"
+#include "kernels/threads.h"
 
 namespace parity::reference {
 
@@ -66,7 +67,7 @@ kernels::RunInfo ReferenceTrainer::run_info() const {
 }
 
 void ReferenceTrainer::run(kernels::StepObserver& observer) {
-  at::set_num_threads(cfg_.threads);
+  kernels::pin_threads(cfg_.threads);
   observer.on_start(run_info());
   for (int64_t s = 1; s <= cfg_.steps; ++s) step(s, observer);
   observer.on_end();

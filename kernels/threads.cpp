@@ -1,0 +1,16 @@
+#include "kernels/threads.h"
+
+#include <ATen/Parallel.h>
+#include <dlfcn.h>
+
+namespace parity::kernels {
+
+void pin_threads(int n) {
+  at::set_num_threads(n);
+  // OpenBLAS keeps a thread pool of its own, sized from the environment at load time.
+  using SetThreads = void (*)(int);
+  if (auto fn = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
+    fn(n);
+}
+
+}  // namespace parity::kernels

@@ -1,0 +1,189 @@
+// The `parity` command line as a user meets it: subcommand output, checkpoints, metrics, and
+// bad input (one line on stderr, exit code 2, no traceback).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  // The first run in a fresh cache trains the tokenizer and says so on stderr; warm the cache
+  // once so each test sees only its own output.
+  static void SetUpTestSuite() {
+    const std::string cmd = std::string(PARITY_BIN) +
+                            " train --flavor tiny --steps 1 --seq-len 16 --quiet >/dev/null 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+  }
+
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("parity-cli-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  Result run(const std::string& args) {
+    const auto out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
+    const std::string cmd = std::string(PARITY_BIN) + " " + args + " >" + out.string() + " 2>" +
+                            err.string();
+    const int status = std::system(cmd.c_str());
+    Result r;
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+  }
+
+  fs::path write(const std::string& name, const std::string& text) {
+    const auto p = dir_ / name;
+    std::ofstream(p) << text;
+    return p;
+  }
+
+  fs::path dir_;
+};
+
+size_t count_lines(const std::string& s) {
+  size_t n = 0;
+  for (char c : s) n += c == '\n';
+  return n + (!s.empty() && s.back() != '\n');
+}
+
+// One line naming the problem, exit 2, no backtrace or exception dump.
+void expect_one_line_error(const Result& r, const std::string& needle) {
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_EQ(count_lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("Exception raised from"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("terminate called"), std::string::npos) << r.err;
+}
+
+const char* kTinyRun = "train --flavor tiny --steps 2 --seq-len 16 --quiet";
+
+TEST_F(Cli, ModelShowsTheDebugmodelPatternAndBlocks) {
+  auto r = run("model --flavor debugmodel");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("17 layers"), std::string::npos);
+  EXPECT_NE(r.out.find("blocks open at layers 0, 4, 8, 12, 16"), std::string::npos);
+  EXPECT_NE(r.out.find("total parameters:"), std::string::npos);
+  // (3 KDA + 1 MLA) x 4 + MLA, read back from the per-layer table.
+  std::istringstream lines(r.out);
+  std::string line, pattern;
+  while (std::getline(lines, line)) {
+    int layer;
+    char mixer[8] = {0};
+    if (std::sscanf(line.c_str(), "%d %7s", &layer, mixer) == 2 &&
+        (std::string(mixer) == "KDA" || std::string(mixer) == "MLA"))
+      pattern += mixer[0];
+  }
+  EXPECT_EQ(pattern, "KKKMKKKMKKKMKKKMM");
+}
+
+TEST_F(Cli, UnknownFlavor) {
+  expect_one_line_error(run("train --flavor nosuch --steps 1"), "unknown flavor 'nosuch'");
+  expect_one_line_error(run("model --flavor nosuch"), "unknown flavor 'nosuch'");
+}
+
+TEST_F(Cli, MissingDataFile) {
+  expect_one_line_error(run(std::string(kTinyRun) + " --data " + (dir_ / "none.jsonl").string()),
+                        "does not exist");
+}
+
+TEST_F(Cli, MalformedJsonlLine) {
+  auto p = write("bad.jsonl", "{\"text\": \"fine\"}\n{\"text\": oops}\n");
+  expect_one_line_error(run(std::string(kTinyRun) + " --data " + p.string()), "bad.jsonl:2");
+}
+
+TEST_F(Cli, SeqLenLongerThanTheDataAllows) {
+  expect_one_line_error(run("train --flavor tiny --steps 1 --seq-len 100000000"), "--seq-len");
+}
+
+TEST_F(Cli, MissingUnreadableAndTruncatedCheckpoints) {
+  expect_one_line_error(run(std::string(kTinyRun) + " --init " + (dir_ / "no.h5").string()),
+                        "does not exist");
+  auto garbage = write("garbage.h5", "this is not HDF5\n");
+  expect_one_line_error(run(std::string(kTinyRun) + " --init " + garbage.string()),
+                        "garbage.h5");
+  const auto ck = dir_ / "ck.h5";
+  ASSERT_EQ(run("init --flavor tiny --seed 5 --out " + ck.string()).code, 0);
+  const auto truncated = dir_ / "truncated.h5";
+  fs::copy_file(ck, truncated);
+  fs::resize_file(truncated, fs::file_size(ck) / 2);
+  expect_one_line_error(run(std::string(kTinyRun) + " --init " + truncated.string()),
+                        "truncated.h5");
+  // A checkpoint of another flavor is refused with the remedy.
+  expect_one_line_error(run("train --flavor debugmodel --steps 1 --seq-len 16 --init " +
+                            ck.string()),
+                        "flavor 'tiny'");
+}
+
+TEST_F(Cli, TrainingFromACheckpointEqualsTrainingFromItsSeed) {
+  const auto ck = dir_ / "ck.h5";
+  ASSERT_EQ(run("init --flavor tiny --seed 11 --out " + ck.string()).code, 0);
+  const auto a = dir_ / "a.jsonl", b = dir_ / "b.jsonl";
+  ASSERT_EQ(run(std::string(kTinyRun) + " --seed 11 --metrics " + a.string()).code, 0);
+  ASSERT_EQ(run(std::string(kTinyRun) + " --init " + ck.string() + " --metrics " + b.string())
+                .code,
+            0);
+  EXPECT_EQ(slurp(a), slurp(b));
+  EXPECT_FALSE(slurp(a).empty());
+}
+
+TEST_F(Cli, MetricsLinesCarryExactHexFloats) {
+  const auto m = dir_ / "m.jsonl";
+  auto r = run(std::string(kTinyRun) + " --metrics " + m.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ifstream in(m);
+  std::string line;
+  int steps = 0;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    ++steps;
+    EXPECT_EQ(j["step"].get<int>(), steps);
+    for (const char* f : {"loss", "grad_norm", "lr", "mb_losses", "loss_hex", "grad_norm_hex"})
+      EXPECT_TRUE(j.contains(f)) << f;
+    EXPECT_EQ(j["mb_losses"].size(), 4u);
+    // The hex float is the exact value: parsing it back gives the same double bits.
+    EXPECT_EQ(std::strtod(j["loss_hex"].get<std::string>().c_str(), nullptr),
+              j["loss"].get<double>());
+    EXPECT_EQ(std::strtod(j["grad_norm_hex"].get<std::string>().c_str(), nullptr),
+              j["grad_norm"].get<double>());
+  }
+  EXPECT_EQ(steps, 2);
+}
+
+TEST_F(Cli, TwoRunsGiveIdenticalHexOnEveryStep) {
+  const auto a = dir_ / "a.jsonl", b = dir_ / "b.jsonl";
+  const std::string args = "train --flavor tiny --dtype bf16 --steps 3 --seq-len 16 --quiet";
+  ASSERT_EQ(run(args + " --metrics " + a.string()).code, 0);
+  ASSERT_EQ(run(args + " --metrics " + b.string()).code, 0);
+  EXPECT_EQ(slurp(a), slurp(b));
+  EXPECT_EQ(count_lines(slurp(a)), 3u);
+}
+
+}  // namespace

@@ -7,7 +7,9 @@
 #include <set>
 #include <system_error>
 
+#ifdef PARITY_HAVE_JSON
 #include <nlohmann/json.hpp>
+#endif
 
 namespace parity::datasets {
 
@@ -132,6 +134,10 @@ std::vector<std::string> load_jsonl(const std::string& path) {
                     "file to --data");
   }
 
+#ifndef PARITY_HAVE_JSON
+  throw DataError("this build of parity has no JSON support (nlohmann-json was not found); "
+                  "rebuild with nlohmann-json3-dev installed to read '" + path + "'");
+#else
   std::vector<std::string> docs;
   std::string line;
   int64_t line_no = 0;
@@ -174,6 +180,7 @@ std::vector<std::string> load_jsonl(const std::string& path) {
                     "non-empty JSONL file to --data");
   }
   return docs;
+#endif
 }
 
 uint64_t fnv1a64(const void* data, size_t size, uint64_t seed) {

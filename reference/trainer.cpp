@@ -68,6 +68,7 @@ kernels::RunInfo ReferenceTrainer::run_info() const {
 
 void ReferenceTrainer::run(kernels::StepObserver& observer) {
   kernels::pin_threads(cfg_.threads);
+  if (torch::Device(cfg_.device).is_cuda()) kernels::use_deterministic_cuda();
   observer.on_start(run_info());
   for (int64_t s = 1; s <= cfg_.steps; ++s) step(s, observer);
   observer.on_end();

@@ -1,0 +1,468 @@
+// Tests for Kimi Delta Attention (kernels/kda.h).
+//
+//   * causal_depthwise_conv equals a hand-written loop in tap order, bitwise (fp32, bf16,
+//     fp64): the header promises that fixed reduction order.
+//   * kda_recurrent equals a scalar loop of the DESIGN recurrence (fp64, tolerance).
+//   * Finite-difference gradient checks (fp64) of kda_recurrent, kda_chunked (w.r.t. q, k,
+//     v, g, beta; T a multiple of the chunk, not a multiple, shorter than one chunk) and of
+//     the whole mixer `kda` w.r.t. its input and every weight, for both core forms.
+//   * Recurrent vs chunked, forward and gradients, in fp64 and fp32 within bounds derived
+//     from the recurrence depth, with the observed figures printed; the mixer with either
+//     core (fp64), and the mixer against its DESIGN composition (fp64).
+//
+// The bitwise checks are the tests named *Bitwise*; every other test is a tolerance test
+// whose bound is derived next to it. All inputs come from fixed seeds.
+#include "kernels/kda.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/util/BFloat16.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "tests/fd_check.h"
+#include "kernels/threads.h"
+
+namespace k = parity::kernels;
+
+namespace {
+
+using namespace parity::testing;
+
+// max |a - b| / max |b|: the relative figure of the recurrent-vs-chunked comparisons.
+double max_rel(const at::Tensor& a, const at::Tensor& b) {
+  auto ad = a.to(at::kDouble), bd = b.to(at::kDouble);
+  return ((ad - bd).abs().max() / bd.abs().max()).item<double>();
+}
+
+// ---------------------------------------------------------------------------------------
+// Core inputs as the mixer makes them: q, k unit L2 norm per head (q then scaled by K^-1/2),
+// v ~ N(0,1), g ~ U(-5, 0) (the mixer's range), beta ~ U(0, 1). All fp64.
+struct CoreInputs {
+  at::Tensor q, k, v, g, beta;
+  std::vector<at::Tensor> list() const { return {q, k, v, g, beta}; }
+};
+
+CoreInputs core_inputs(int64_t B, int64_t H, int64_t T, int64_t K, int64_t V, uint64_t seed) {
+  auto gen = at::detail::createCPUGenerator(seed);
+  CoreInputs c;
+  c.q = k::l2_normalize(at::randn({B, H, T, K}, gen, f64())) / std::sqrt(double(K));
+  c.k = k::l2_normalize(at::randn({B, H, T, K}, gen, f64()));
+  c.v = at::randn({B, H, T, V}, gen, f64());
+  c.g = -5.0 * at::rand({B, H, T, K}, gen, f64());
+  c.beta = at::rand({B, H, T}, gen, f64());
+  return c;
+}
+
+const std::vector<std::string> kCoreNames{"q", "k", "v", "g", "beta"};
+
+// ---------------------------------------------------------------------------------------
+// Causal depthwise conv: bitwise against a loop in tap order.
+
+// y_t = sum_j w_j x_{t-J+1+j}, accumulated in tap order j = 0..J-1, zero history, in the
+// element type T (each product and each sum rounded to T, as the tensor ops do). A float or
+// double product goes through a volatile so that the compiler cannot fuse it with the sum
+// (FMA contraction would round once instead of twice); c10::BFloat16 arithmetic rounds its
+// float result to bf16 bits in every operator, which nothing can fuse.
+template <class T>
+T rounded_product(T a, T b) {
+  if constexpr (std::is_same_v<T, c10::BFloat16>) {
+    return a * b;
+  } else {
+    volatile T p = a * b;
+    return p;
+  }
+}
+
+template <class T>
+at::Tensor conv_loop(const at::Tensor& x, const at::Tensor& w) {
+  const int64_t B = x.size(0), Tn = x.size(1), C = x.size(2), J = w.size(1);
+  auto xc = x.contiguous(), wc = w.contiguous();
+  auto y = at::empty_like(xc);
+  const T* xp = xc.data_ptr<T>();
+  const T* wp = wc.data_ptr<T>();
+  T* yp = y.data_ptr<T>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < Tn; ++t)
+      for (int64_t c = 0; c < C; ++c) {
+        T acc = T(0);
+        for (int64_t j = 0; j < J; ++j) {
+          const int64_t s = t - J + 1 + j;
+          const T xv = s >= 0 ? xp[(b * Tn + s) * C + c] : T(0);
+          const T prod = rounded_product<T>(wp[c * J + j], xv);
+          acc = j == 0 ? prod : T(acc + prod);
+        }
+        yp[(b * Tn + t) * C + c] = acc;
+      }
+  return y;
+}
+
+class ConvBitwise : public ::testing::TestWithParam<at::ScalarType> {};
+
+TEST_P(ConvBitwise, EqualsLoopInTapOrder) {
+  const auto dt = GetParam();
+  auto gen = at::detail::createCPUGenerator(5);
+  auto x = at::randn({2, 9, 6}, gen, f64()).to(dt);
+  auto w = at::randn({6, 4}, gen, f64()).to(dt);
+  auto y = k::causal_depthwise_conv(x, w);
+  ASSERT_EQ(y.scalar_type(), dt);
+  ASSERT_EQ(y.sizes(), x.sizes());
+  at::Tensor ref = dt == at::kDouble  ? conv_loop<double>(x, w)
+                   : dt == at::kFloat ? conv_loop<float>(x, w)
+                                      : conv_loop<c10::BFloat16>(x, w);
+  const int64_t wrong = y.ne(ref).sum().item<int64_t>();
+  EXPECT_EQ(wrong, 0) << "#wrong " << wrong << " of " << y.numel();
+  // Causality and the zero history, directly: y_0 depends only on x_0 (the last tap).
+  EXPECT_TRUE(torch::equal(y.select(1, 0), (x.select(1, 0) * w.select(1, 3))));
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, ConvBitwise,
+                         ::testing::Values(at::kFloat, at::kBFloat16, at::kDouble),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// ---------------------------------------------------------------------------------------
+// The recurrence against a scalar loop of the DESIGN formula (fp64, long double loop).
+//
+// Bound: per token the kernel does a decay multiply (exp and a product, <= 3 roundings), a
+// K-long dot k^T S, a subtraction, the beta product, the rank-1 update and its sum
+// (<= K + 5), and the output dot (K): 2K + 8 roundings, each local error at most
+// gamma_{2K+8} max|S| per element, so sqrt(K) gamma_{2K+8} max|S| in the 2-norm of a value
+// column of S. The update S -> (I - beta k k^T) diag(exp g) S is non-expansive in that norm
+// (||k|| = 1, beta in (0,1), exp g <= 1), so the local errors add over at most T tokens
+// without amplification, and o_j = q . S_j with ||q||_2 = K^-1/2 gives
+//   |o - o_exact| <= T gamma_{2K+8} max|S|   (first order; max|S| from the loop's state).
+TEST(KdaRecurrent, MatchesScalarLoopFp64) {
+  const int64_t B = 1, H = 2, T = 7, K = 3, V = 4;
+  auto c = core_inputs(B, H, T, K, V, 21);
+  auto o = k::kda_recurrent(c.q, c.k, c.v, c.g, c.beta);
+  ASSERT_EQ(o.sizes(), (std::vector<int64_t>{B, H, T, V}));
+  auto a = [](const at::Tensor& t) { return t.accessor<double, 4>(); };
+  auto q = a(c.q), kk = a(c.k), v = a(c.v), g = a(c.g);
+  auto beta = c.beta.accessor<double, 3>();
+  auto oa = o.accessor<double, 4>();
+  double worst = 0;
+  for (int64_t h = 0; h < H; ++h) {
+    std::vector<long double> S(K * V, 0.0L);  // S[i][j], i key channel, j value channel
+    long double smax = 0;
+    std::vector<std::vector<long double>> ref(T, std::vector<long double>(V));
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t i = 0; i < K; ++i)
+        for (int64_t j = 0; j < V; ++j) S[i * V + j] *= std::exp((long double)g[0][h][t][i]);
+      for (int64_t j = 0; j < V; ++j) {
+        long double kS = 0;  // (S^T k)_j
+        for (int64_t i = 0; i < K; ++i) kS += S[i * V + j] * kk[0][h][t][i];
+        const long double u = beta[0][h][t] * (v[0][h][t][j] - kS);
+        for (int64_t i = 0; i < K; ++i) S[i * V + j] += kk[0][h][t][i] * u;
+      }
+      for (int64_t j = 0; j < V; ++j) {
+        long double acc = 0;
+        for (int64_t i = 0; i < K; ++i) acc += S[i * V + j] * q[0][h][t][i];
+        ref[t][j] = acc;
+      }
+      for (auto s : S) smax = std::max(smax, std::abs(s));
+    }
+    const double bound = T * (2 * K + 8) * kU64 / (1 - (2 * K + 8) * kU64) * (double)smax;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < V; ++j) {
+        const double diff = std::abs(oa[0][h][t][j] - (double)ref[t][j]);
+        EXPECT_LE(diff, bound) << "h " << h << " t " << t << " j " << j;
+        worst = std::max(worst, diff / (kU64 * (double)smax));
+      }
+  }
+  std::cout << "[ observed ] kda_recurrent fp64 vs scalar loop: max |diff| / (u max|S|) = "
+            << worst << " (bound " << T * (2 * K + 8) << ")\n";
+}
+
+// ---------------------------------------------------------------------------------------
+// Finite differences of the core forms (fp64).
+
+using CoreCase = std::tuple<k::KdaImpl, int /*T*/>;
+
+class KdaCoreGradCheck : public ::testing::TestWithParam<CoreCase> {};
+
+TEST_P(KdaCoreGradCheck, CentralDifferencesFp64) {
+  const auto [impl, T] = GetParam();
+  const int64_t B = 2, H = 2, K = 8, V = 8, C = 8;
+  auto c = core_inputs(B, H, T, K, V, 40 + T);
+  TensorFn f = [impl = impl](const std::vector<at::Tensor>& x) {
+    return impl == k::KdaImpl::Chunked ? k::kda_chunked(x[0], x[1], x[2], x[3], x[4], C)
+                                       : k::kda_recurrent(x[0], x[1], x[2], x[3], x[4]);
+  };
+  auto r = directional_fd(f, c.list(), kCoreNames, 50 + T);
+  EXPECT_LE(r.worst, kFdTol) << "worst at " << r.where;
+  std::cout << "[ observed ] fd rel err " << r.worst << " (bound " << kFdTol << ")\n";
+}
+
+// T = 16: two full chunks; T = 12: a padded last chunk; T = 5: shorter than one chunk.
+INSTANTIATE_TEST_SUITE_P(
+    Forms, KdaCoreGradCheck,
+    ::testing::Combine(::testing::Values(k::KdaImpl::Chunked, k::KdaImpl::Recurrent),
+                       ::testing::Values(16, 12, 5)),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param) == k::KdaImpl::Chunked ? "Chunked"
+                                                                          : "Recurrent") +
+             "_T" + std::to_string(std::get<1>(info.param));
+    });
+
+// ---------------------------------------------------------------------------------------
+// Finite differences of the whole mixer (fp64), w.r.t. x and every weight.
+
+struct MixerSetup {
+  at::Tensor x;
+  std::vector<at::Tensor> weights;  // in KdaWeights field order
+  k::KdaDims dims;
+};
+
+const std::vector<std::string> kMixerNames{
+    "x",      "q_proj", "k_proj",  "v_proj", "q_conv",   "k_conv", "v_conv", "b_proj",
+    "f_a",    "f_b",    "A_log",   "dt_bias", "o_norm",  "out_gate", "o_proj"};
+
+k::KdaWeights as_weights(const std::vector<at::Tensor>& w) {
+  return k::KdaWeights{w[0], w[1], w[2],  w[3],  w[4],  w[5],  w[6],
+                       w[7], w[8], w[9], w[10], w[11], w[12], w[13]};
+}
+
+// Weights at a scale where every nonlinearity is exercised away from its linear regime:
+// projections N(0, 0.3^2) (pre-activations O(1) for D = 16), conv taps U(-0.5, 0.5),
+// A_log = log U(1, 16) (the model's range), dt_bias N(0, 0.5^2), o_norm 1 + N(0, 0.2^2).
+MixerSetup mixer_setup(int64_t B, int64_t T, k::KdaImpl impl, uint64_t seed) {
+  const int64_t D = 16, H = 2, K = 8, J = 4;
+  auto gen = at::detail::createCPUGenerator(seed);
+  auto n = [&](std::vector<int64_t> s, double sd) { return sd * at::randn(s, gen, f64()); };
+  MixerSetup m;
+  m.x = at::randn({B, T, D}, gen, f64());
+  m.weights = {n({H * K, D}, 0.3),
+               n({H * K, D}, 0.3),
+               n({H * K, D}, 0.3),
+               at::rand({H * K, J}, gen, f64()) - 0.5,
+               at::rand({H * K, J}, gen, f64()) - 0.5,
+               at::rand({H * K, J}, gen, f64()) - 0.5,
+               n({H, D}, 0.3),
+               n({K, D}, 0.3),
+               n({H * K, K}, 0.3),
+               at::log(1.0 + 15.0 * at::rand({H}, gen, f64())),
+               n({H * K}, 0.5),
+               1.0 + n({K}, 0.2),
+               n({H * K, D}, 0.3),
+               n({D, H * K}, 0.3)};
+  m.dims = k::KdaDims{H, K, J, /*chunk=*/8, /*norm_eps=*/1e-6, impl};
+  return m;
+}
+
+class KdaMixerGradCheck : public ::testing::TestWithParam<k::KdaImpl> {};
+
+TEST_P(KdaMixerGradCheck, CentralDifferencesFp64) {
+  auto m = mixer_setup(2, 12, GetParam(), 60);
+  std::vector<at::Tensor> inputs{m.x};
+  inputs.insert(inputs.end(), m.weights.begin(), m.weights.end());
+  const auto dims = m.dims;
+  TensorFn f = [dims](const std::vector<at::Tensor>& a) {
+    return k::kda(a[0], as_weights({a.begin() + 1, a.end()}), dims);
+  };
+  auto r = directional_fd(f, inputs, kMixerNames, 61, /*n_dirs=*/2);
+  EXPECT_LE(r.worst, kFdTol) << "worst at " << r.where;
+  std::cout << "[ observed ] fd rel err " << r.worst << " (bound " << kFdTol << ")\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(Forms, KdaMixerGradCheck,
+                         ::testing::Values(k::KdaImpl::Chunked, k::KdaImpl::Recurrent),
+                         [](const auto& info) {
+                           return std::string(info.param == k::KdaImpl::Chunked ? "Chunked"
+                                                                                  : "Recurrent");
+                         });
+
+// ---------------------------------------------------------------------------------------
+// Recurrent vs chunked.
+//
+// Bound, relative in the max norm (max |diff| / max |recurrent|), per form against the exact
+// result, summing the roundings along the longest dependency chain (first order, u the
+// unit roundoff of the dtype the core runs in), in units of u max|S|:
+//   recurrent: per token 2K + 8 (see MatchesScalarLoopFp64); the update is non-expansive,
+//              so over T tokens:                                  T (2K + 8)
+//   chunked:   per chunk, the in-chunk log-decays G are cumulative sums of C terms of
+//              size <= g_max = 5, so exp(G_t - G_i) carries a relative error up to
+//              C * (C g_max) u from the cancellation G_t - G_i; then the K-long A and P
+//              dots, the C-deep triangular solves, P U (C), W S (K), (K e^G)^T U (C) and
+//              a few products:                        per chunk C^2 g_max + 2K + 3C + 8,
+//              over ceil(T / C) chunks.
+// The forms differ by at most the sum of the two (forward_depth). The errors scale with the
+// state S, the figure with the output, so the relative bound is forward_depth u kappa with
+// kappa = max|S| / max|o| (computed from an fp64 run of the recurrence; 5 to 13 here).
+// The gradients run the adjoint of the same chains (every forward op once more) and dg
+// also sums over the T later tokens through the cumulative decays: (2 forward_depth + T)
+// u kappa, taking the forward kappa for the adjoint state too (it is driven by q_t R_t^T as
+// the forward state is by k_t v_t^T; an assumption of this bound, not a proof).
+// For T = 37, K = 16, C = 8, forward_depth = 3.4e3: with kappa ~ 7, ~1.4e-3 in fp32 and
+// ~2.6e-12 in fp64 (below the 1e-10 the design asks for). That is a worst case; the
+// printed observed figures sit about three orders below it. It is not vacuous: it is far
+// below the O(1e-2) change a slip at one token gives (the test checks one such: a single
+// token whose decay is dropped).
+double forward_depth(int64_t T, int64_t K, int64_t C) {
+  const double g_max = 5.0;
+  const double n_chunks = double((T + C - 1) / C);
+  return double(T) * (2 * K + 8) + n_chunks * (C * C * g_max + 2 * K + 3 * C + 8);
+}
+
+// max|S| / max|o| over the fp64 recurrence (S_t of every head and batch row).
+double state_over_output(const CoreInputs& c) {
+  const int64_t T = c.q.size(2);
+  auto S = at::zeros({c.q.size(0), c.q.size(1), c.k.size(3), c.v.size(3)}, f64());
+  double smax = 0, omax = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    auto kt = c.k.select(2, t);
+    S = c.g.select(2, t).exp().unsqueeze(-1) * S;
+    auto kS = (kt.unsqueeze(-1) * S).sum(-2);
+    auto upd = c.beta.select(2, t).unsqueeze(-1) * (c.v.select(2, t) - kS);
+    S = S + kt.unsqueeze(-1) * upd.unsqueeze(-2);
+    smax = std::max(smax, S.abs().max().item<double>());
+    omax = std::max(omax, (c.q.select(2, t).unsqueeze(-1) * S).sum(-2).abs().max().item<double>());
+  }
+  return smax / omax;
+}
+
+struct Run {
+  at::Tensor o;
+  std::vector<at::Tensor> grads;  // q, k, v, g, beta
+};
+
+Run run_core(const CoreInputs& c, const at::Tensor& R, at::ScalarType dt, bool chunked,
+             int64_t C) {
+  std::vector<at::Tensor> L;
+  for (auto& t : c.list()) L.push_back(t.to(dt).requires_grad_(true));
+  auto o = chunked ? k::kda_chunked(L[0], L[1], L[2], L[3], L[4], C)
+                   : k::kda_recurrent(L[0], L[1], L[2], L[3], L[4]);
+  auto g = torch::autograd::grad({(o * R.to(dt)).sum()}, L);
+  return {o.detach(), g};
+}
+
+using FormsCase = std::tuple<at::ScalarType, int /*T*/>;
+class KdaForms : public ::testing::TestWithParam<FormsCase> {};
+
+TEST_P(KdaForms, RecurrentMatchesChunked) {
+  const auto [dt, T] = GetParam();
+  const int64_t B = 2, H = 2, K = 16, V = 16, C = 8;
+  auto c = core_inputs(B, H, T, K, V, 70 + T);
+  auto gen = at::detail::createCPUGenerator(71 + T);
+  auto R = at::randn({B, H, T, V}, gen, f64());
+  auto rec = run_core(c, R, dt, false, C);
+  auto chk = run_core(c, R, dt, true, C);
+  ASSERT_EQ(chk.o.sizes(), rec.o.sizes());
+  ASSERT_EQ(chk.o.scalar_type(), dt);
+
+  const double u = dt == at::kDouble ? kU64 : kU32;
+  const double kappa = state_over_output(c);
+  const double fwd_bound = forward_depth(T, K, C) * u * kappa;
+  const double grad_bound = (2 * forward_depth(T, K, C) + T) * u * kappa;
+  if (dt == at::kDouble) {
+    ASSERT_LT(fwd_bound, 1e-10);
+    ASSERT_LT(grad_bound, 1e-10);
+  }
+  ASSERT_LT(grad_bound, 1e-2);  // not vacuous
+  std::cout << "[ observed ] " << dtype_name(dt) << " T=" << T << " kappa " << kappa << "\n";
+
+  const double of = max_rel(chk.o, rec.o);
+  EXPECT_LE(of, fwd_bound) << "forward";
+  std::cout << "[ observed ] " << dtype_name(dt) << " T=" << T << " o: " << of << " ("
+            << of / u << " u; bound " << fwd_bound << ")\n";
+  for (size_t i = 0; i < 5; ++i) {
+    const double e = max_rel(chk.grads[i], rec.grads[i]);
+    EXPECT_LE(e, grad_bound) << "d" << kCoreNames[i];
+    std::cout << "[ observed ] " << dtype_name(dt) << " T=" << T << " d" << kCoreNames[i]
+              << ": " << e << " (" << e / u << " u; bound " << grad_bound << ")\n";
+  }
+
+  // The bound can fail: dropping the decay of one token (g_t = 0 at t = T/2 for one head,
+  // the kind of slip a chunk boundary invites) moves the output by far more.
+  auto broken = c;
+  broken.g = c.g.clone();
+  broken.g[0][0][T / 2].zero_();
+  auto moved = run_core(broken, R, dt, true, C);
+  const double slip = max_rel(moved.o, rec.o);
+  EXPECT_GT(slip, 10 * fwd_bound);
+  std::cout << "[ observed ] " << dtype_name(dt) << " T=" << T << " one dropped decay moves o by "
+            << slip << "\n";
+}
+
+// T = 37: not a multiple of the chunk (8); T = 5: shorter than one chunk; T = 32: four
+// full chunks.
+INSTANTIATE_TEST_SUITE_P(DtypesAndLengths, KdaForms,
+                         ::testing::Combine(::testing::Values(at::kDouble, at::kFloat),
+                                            ::testing::Values(37, 5, 32)),
+                         [](const auto& info) {
+                           return std::string(dtype_name(std::get<0>(info.param))) + "_T" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+// The mixer with either core gives the same output (fp64). The layers around the core are
+// identical ops on identical inputs; the core's relative error e (bounded above) passes
+// through the per-head RMSNorm, which can raise a max-norm relative error by at most
+// max|o| / rms(o) <= sqrt(K), and through o_proj's H*K-long sums, which can raise it by at
+// most sum|W||o| / max|y| <= H*K max|W| max|o| / max|y| (measured here, ~1 to 10). With
+// e = forward_depth * u = 1.4e-13 for T = 21, K = 8, C = 8, a bound of 1e-10 leaves a factor
+// 700 for those two amplifications (sqrt(8) * 16 = 45 in the worst case).
+TEST(KdaMixer, ChunkedMatchesRecurrentFp64) {
+  const int64_t T = 21;
+  auto m = mixer_setup(2, T, k::KdaImpl::Chunked, 80);
+  auto d_rec = m.dims;
+  d_rec.impl = k::KdaImpl::Recurrent;
+  auto yc = k::kda(m.x, as_weights(m.weights), m.dims);
+  auto yr = k::kda(m.x, as_weights(m.weights), d_rec);
+  ASSERT_EQ(yc.scalar_type(), at::kDouble);
+  ASSERT_LT(forward_depth(T, m.dims.head_dim, m.dims.chunk) * kU64, 2e-13);
+  const double e = max_rel(yc, yr);
+  EXPECT_LE(e, 1e-10);
+  std::cout << "[ observed ] mixer fp64 chunked vs recurrent: " << e << " (bound 1e-10)\n";
+}
+
+// The mixer against its DESIGN composition, re-derived here from the text (fp64): q, k, v
+// projections, each through the causal depthwise conv (the loop above) and SiLU
+// (x sigmoid(x)); q, k unit L2 norm per head, q times K^-1/2; beta = sigmoid(b(x));
+// g = -5 sigmoid(exp(A_log) (f_b(f_a(x)) + dt_bias)) per head and key channel; the core
+// (the recurrence, checked against a scalar loop above); per-head RMSNorm of o with o_norm,
+// times sigmoid(out_gate(x)), then o_proj.
+//
+// Bound: the two evaluations differ only in the association of a few element-wise
+// expressions (SiLU, the L2 norm's eps placement, the RMSNorm) and in which core runs
+// (chunked vs recurrent, relative difference <= forward_depth u = 1.4e-13 here). As in
+// ChunkedMatchesRecurrentFp64, the RMSNorm and o_proj amplify a max-norm relative error by
+// at most sqrt(K) * 16 = 45, so 1e-10 covers it with a factor > 10; a wrong formula (a
+// missing K^-1/2, a decay without the -5, a gate on the wrong side) moves it by O(1).
+TEST(KdaMixer, MatchesDesignCompositionFp64) {
+  const int64_t B = 2, T = 13;
+  auto m = mixer_setup(B, T, k::KdaImpl::Chunked, 90);
+  const auto& w = m.weights;
+  const int64_t H = m.dims.n_heads, K = m.dims.head_dim, D = m.x.size(2);
+  const auto& x = m.x;
+  auto lin = [](const at::Tensor& a, const at::Tensor& W) { return at::matmul(a, W.t()); };
+  auto silu = [](const at::Tensor& a) { return a * at::sigmoid(a); };
+  auto heads = [&](const at::Tensor& a) { return a.reshape({B, T, H, K}).permute({0, 2, 1, 3}); };
+  auto unit = [](const at::Tensor& a) {
+    return a / at::sqrt(a.pow(2).sum(-1, true) + 1e-6);  // l2_normalize's eps, inside
+  };
+  auto q = unit(heads(silu(conv_loop<double>(lin(x, w[0]), w[3])))) / std::sqrt(double(K));
+  auto kk = unit(heads(silu(conv_loop<double>(lin(x, w[1]), w[4]))));
+  auto v = heads(silu(conv_loop<double>(lin(x, w[2]), w[5])));
+  auto beta = at::sigmoid(lin(x, w[6])).permute({0, 2, 1});                  // [B,H,T]
+  auto rate = at::exp(w[9]).repeat_interleave(K);                            // [H*K]
+  auto g = heads(-5.0 * at::sigmoid(rate * (lin(lin(x, w[7]), w[8]) + w[10])));
+  auto o = k::kda_recurrent(q, kk, v, g, beta).permute({0, 2, 1, 3});       // [B,T,H,K]
+  o = o / at::sqrt(o.pow(2).mean(-1, true) + m.dims.norm_eps) * w[11];
+  auto ref = lin(o.reshape({B, T, H * K}) * at::sigmoid(lin(x, w[12])), w[13]);
+  ASSERT_EQ(ref.sizes(), (std::vector<int64_t>{B, T, D}));
+
+  auto y = k::kda(m.x, as_weights(m.weights), m.dims);
+  const double e = max_rel(y, ref);
+  EXPECT_LE(e, 1e-10);
+  std::cout << "[ observed ] mixer fp64 vs DESIGN composition: " << e << " (bound 1e-10)\n";
+}
+
+}  // namespace

@@ -132,6 +132,11 @@ std::string tokenize(const std::string& data_path) {
 std::unique_ptr<datasets::TokenRows> load_rows(const RunOptions& o) {
   if (!o.data_path.empty()) datasets::load_jsonl(o.data_path);  // validate here, in one line
   auto file = datasets::read_token_file(tokenize(o.data_path));
+  const auto cfg = kernels::flavor(o.flavor);
+  if (file.vocab_size > cfg.vocab)
+    throw UsageError("the tokenizer has " + std::to_string(file.vocab_size) +
+                     " pieces but flavor " + cfg.name + " embeds only " +
+                     std::to_string(cfg.vocab) + " tokens; use a flavor with a larger vocabulary");
   const datasets::BatchShape shape{o.dp, o.microbatches, o.rows};
   return std::make_unique<datasets::TokenRows>(std::move(file.ids), o.seq_len, shape);
 }

@@ -12,18 +12,6 @@ namespace parity::reference {
 using kernels::NamedTensors;
 using kernels::Precision;
 
-GradAccum parse_grad_accum(const std::string& s) {
-  if (s == "auto") return GradAccum::Auto;
-  if (s == "bf16") return GradAccum::BF16;
-  if (s == "fp32") return GradAccum::FP32;
-  throw kernels::ConfigError("unknown --grad-accum '" + s + "'; use auto, bf16 or fp32");
-}
-
-std::string effective_grad_accum(const TrainConfig& c) {
-  if (c.precision != Precision::BF16) return "fp32";  // the two modes coincide
-  return c.grad_accum == GradAccum::FP32 ? "fp32" : "bf16";
-}
-
 ReferenceTrainer::ReferenceTrainer(TrainConfig cfg, const NamedTensors& init,
                                    const datasets::TokenRows& data)
     : cfg_(std::move(cfg)),
@@ -77,41 +65,24 @@ void ReferenceTrainer::run(kernels::StepObserver& observer) {
 void ReferenceTrainer::step(int64_t s, kernels::StepObserver& observer) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto device = torch::Device(cfg_.device);
-  const auto cdt = kernels::compute_dtype(cfg_.precision);
-  const auto mdt = kernels::master_dtype(cfg_.precision);
-  const bool accum_in_master = effective_grad_accum(cfg_) == "fp32";
   const size_t P = master_.size();
+  std::vector<size_t> all(P);
+  for (size_t i = 0; i < P; ++i) all[i] = i;
 
-  // Compute copies, made once per step.
-  std::vector<at::Tensor> compute;
-  compute.reserve(P);
-  for (const auto& m : master_.tensors())
-    compute.push_back(cdt == mdt ? m.detach().requires_grad_(true)
-                                 : m.detach().to(cdt).requires_grad_(true));
+  auto compute = kernels::make_compute_copies(master_, cfg_.precision);
   const NamedTensors weights(master_.names(), compute);
 
   const int64_t T = data_.seq_len();
   const datasets::BatchShape shape{cfg_.dp, cfg_.microbatches, cfg_.rows};
   const int64_t n_global = static_cast<int64_t>(cfg_.dp) * cfg_.microbatches * cfg_.rows * T;
 
-  // Takes the compute copies' gradients in the master dtype and clears them.
-  auto take_grads = [&]() {
-    std::vector<at::Tensor> g(P);
-    for (size_t i = 0; i < P; ++i) {
-      auto& cg = compute[i].mutable_grad();
-      g[i] = cg.defined() ? cg.to(mdt) : at::zeros_like(master_[i]);
-      cg.reset();
-    }
-    return g;
-  };
-
-  std::vector<at::Tensor> grads;        // summed over dp replicas, rank order
-  std::vector<at::Tensor> mb_losses;    // execution order over all replicas
+  std::vector<at::Tensor> grads;      // summed over dp replicas, rank order
+  std::vector<at::Tensor> mb_losses;  // execution order over all replicas
   at::Tensor loss;
   std::vector<int64_t> inputs, labels;
   for (int r = 0; r < cfg_.dp; ++r) {
+    kernels::GradAccumulator acc(cfg_, master_, compute);
     std::vector<at::Tensor> replica_losses;
-    std::vector<at::Tensor> replica_grads;
     for (int m = 0; m < cfg_.microbatches; ++m) {
       auto rows = datasets::microbatch_rows(shape, data_.num_rows(), s, r, m,
                                             cfg_.reverse_microbatches);
@@ -122,15 +93,9 @@ void ReferenceTrainer::step(int64_t s, kernels::StepObserver& observer) {
       auto l_m = model_.loss_sum(weights, buffers_, tok, lab) / static_cast<double>(n_global);
       l_m.backward();
       replica_losses.push_back(l_m.detach());
-      if (accum_in_master) {
-        auto g = take_grads();
-        if (replica_grads.empty())
-          replica_grads = std::move(g);
-        else
-          for (size_t i = 0; i < P; ++i) replica_grads[i].add_(g[i]);
-      }
+      acc.after_backward(all);
     }
-    if (!accum_in_master) replica_grads = take_grads();
+    auto replica_grads = acc.finish();
     auto replica_loss = torch::stack(replica_losses).sum();
     loss = r == 0 ? replica_loss : loss + replica_loss;
     if (r == 0)
@@ -139,30 +104,8 @@ void ReferenceTrainer::step(int64_t s, kernels::StepObserver& observer) {
       for (size_t i = 0; i < P; ++i) grads[i].add_(replica_grads[i]);
     for (auto& l : replica_losses) mb_losses.push_back(l);
   }
-
-  const bool keep = observer.wants_tensors(s);
-  std::vector<at::Tensor> grads_before_clip;
-  if (keep)
-    for (const auto& g : grads) grads_before_clip.push_back(g.clone());
-
-  auto norm = kernels::total_grad_norm(grads, cfg_.clip_order, cfg_.param_rank);
-  kernels::clip_grads(grads, norm, cfg_.max_norm);
-  optimizer_.step(master_.tensors(), grads, s);
-
-  kernels::StepRecord rec;
-  rec.step = s;
-  rec.lr = kernels::learning_rate(cfg_.adamw, s);
-  rec.loss = loss;
-  rec.grad_norm = norm;
-  rec.mb_losses = mb_losses;
-  rec.tokens = n_global;
-  rec.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (keep) {
-    rec.grads = &grads_before_clip;
-    rec.params = &master_.tensors();
-  }
-  observer.on_step(rec);
+  kernels::finish_step(cfg_, s, optimizer_, master_, std::move(grads), loss, mb_losses, n_global,
+                       t0, observer);
 }
 
 }  // namespace parity::reference

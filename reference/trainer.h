@@ -29,33 +29,14 @@
 #include "kernels/optim.h"
 #include "kernels/params.h"
 #include "kernels/precision.h"
+#include "kernels/train_step.h"
 
 namespace parity::reference {
 
-enum class GradAccum { Auto, BF16, FP32 };
-GradAccum parse_grad_accum(const std::string& s);  // "auto" | "bf16" | "fp32"
-
-struct TrainConfig {
-  kernels::ModelConfig model;
-  kernels::ModelOptions model_options;
-  kernels::Precision precision = kernels::Precision::FP32;
-  GradAccum grad_accum = GradAccum::Auto;  // Auto: bf16 in bf16 mode
-  int64_t steps = 20;
-  int dp = 1;
-  int microbatches = 4;
-  int rows = 1;  // B, rows per micro-batch
-  uint64_t seed = 42;
-  int threads = 1;
-  std::string device = "cpu";
-  kernels::ClipOrder clip_order = kernels::ClipOrder::Single;
-  double max_norm = 1.0;
-  std::vector<int> param_rank;  // per-rank clip order: the rank that owns each parameter
-  bool reverse_microbatches = false;
-  kernels::AdamWConfig adamw;
-};
-
-// The accumulation mode actually used ("bf16" or "fp32").
-std::string effective_grad_accum(const TrainConfig& c);
+using kernels::GradAccum;
+using kernels::TrainConfig;
+using kernels::effective_grad_accum;
+using kernels::parse_grad_accum;
 
 class ReferenceTrainer {
  public:

@@ -1,0 +1,95 @@
+#include "kernels/train_step.h"
+
+#include <ATen/ATen.h>
+
+#include "kernels/config.h"
+
+namespace parity::kernels {
+
+GradAccum parse_grad_accum(const std::string& s) {
+  if (s == "auto") return GradAccum::Auto;
+  if (s == "bf16") return GradAccum::BF16;
+  if (s == "fp32") return GradAccum::FP32;
+  throw ConfigError("unknown --grad-accum '" + s + "'; use auto, bf16 or fp32");
+}
+
+std::string effective_grad_accum(const TrainConfig& c) {
+  if (c.precision != Precision::BF16) return "fp32";  // the two modes coincide
+  return c.grad_accum == GradAccum::FP32 ? "fp32" : "bf16";
+}
+
+std::vector<at::Tensor> make_compute_copies(const NamedTensors& master, Precision p) {
+  const auto cdt = compute_dtype(p);
+  std::vector<at::Tensor> out;
+  out.reserve(master.size());
+  for (const auto& m : master.tensors())
+    out.push_back(m.scalar_type() == cdt ? m.detach().requires_grad_(true)
+                                         : m.detach().to(cdt).requires_grad_(true));
+  return out;
+}
+
+GradAccumulator::GradAccumulator(const TrainConfig& cfg, const NamedTensors& master,
+                                 std::vector<at::Tensor>& compute)
+    : in_master_(effective_grad_accum(cfg) == "fp32"),
+      master_(master),
+      compute_(compute),
+      acc_(master.size()) {}
+
+void GradAccumulator::after_backward(const std::vector<size_t>& params) {
+  if (!in_master_) return;
+  for (size_t i : params) {
+    auto& g = compute_[i].mutable_grad();
+    if (!g.defined()) continue;
+    auto gm = g.to(master_[i].scalar_type());
+    if (acc_[i].defined())
+      acc_[i].add_(gm);
+    else
+      acc_[i] = g.scalar_type() == gm.scalar_type() ? gm.clone() : gm;
+    g.reset();
+  }
+}
+
+std::vector<at::Tensor> GradAccumulator::finish() {
+  std::vector<at::Tensor> out(master_.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    auto& g = compute_[i].mutable_grad();
+    if (acc_[i].defined())
+      out[i] = acc_[i];
+    else if (g.defined())
+      out[i] = g.to(master_[i].scalar_type());
+    else
+      out[i] = at::zeros_like(master_[i]);
+    g.reset();
+  }
+  return out;
+}
+
+void finish_step(const TrainConfig& cfg, int64_t step, AdamW& optimizer, NamedTensors& master,
+                 std::vector<at::Tensor> grads, const at::Tensor& loss,
+                 const std::vector<at::Tensor>& mb_losses, int64_t tokens,
+                 std::chrono::steady_clock::time_point t0, StepObserver& observer) {
+  const bool keep = observer.wants_tensors(step);
+  std::vector<at::Tensor> grads_before_clip;
+  if (keep)
+    for (const auto& g : grads) grads_before_clip.push_back(g.clone());
+
+  auto norm = total_grad_norm(grads, cfg.clip_order, cfg.param_rank);
+  clip_grads(grads, norm, cfg.max_norm);
+  optimizer.step(master.tensors(), grads, step);
+
+  StepRecord rec;
+  rec.step = step;
+  rec.lr = learning_rate(cfg.adamw, step);
+  rec.loss = loss;
+  rec.grad_norm = norm;
+  rec.mb_losses = mb_losses;
+  rec.tokens = tokens;
+  rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (keep) {
+    rec.grads = &grads_before_clip;
+    rec.params = &master.tensors();
+  }
+  observer.on_step(rec);
+}
+
+}  // namespace parity::kernels

@@ -1,0 +1,75 @@
+// What both trainers share around the model: the training configuration of the numerics
+// contract (DESIGN.md section 3), compute copies, gradient accumulation and the end of a step
+// (loss reduction, total norm, clipping, AdamW, the step record). Sharing it is what makes a
+// difference between the trainers the pipeline's doing and nothing else.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "kernels/model.h"
+#include "kernels/observer.h"
+#include "kernels/optim.h"
+#include "kernels/params.h"
+#include "kernels/precision.h"
+
+namespace parity::kernels {
+
+enum class GradAccum { Auto, BF16, FP32 };
+GradAccum parse_grad_accum(const std::string& s);  // "auto" | "bf16" | "fp32"
+
+struct TrainConfig {
+  ModelConfig model;
+  ModelOptions model_options;
+  Precision precision = Precision::FP32;
+  GradAccum grad_accum = GradAccum::Auto;  // Auto: bf16 in bf16 mode
+  int64_t steps = 20;
+  int dp = 1;
+  int microbatches = 4;
+  int rows = 1;  // B, rows per micro-batch
+  uint64_t seed = 42;
+  int threads = 1;
+  std::string device = "cpu";
+  ClipOrder clip_order = ClipOrder::Single;
+  double max_norm = 1.0;
+  std::vector<int> param_rank;  // per-rank clip order: the rank that owns each parameter
+  bool reverse_microbatches = false;
+  AdamWConfig adamw;
+};
+
+// The accumulation mode actually used: "bf16" (in the compute dtype over the micro-batches,
+// converted once after the last) or "fp32" (into a master-dtype buffer after every backward).
+std::string effective_grad_accum(const TrainConfig& c);
+
+// Compute copies of the master parameters, made once per step: the masters themselves
+// (detached) in fp32/fp64 modes, a bf16 copy in bf16 mode; all require grad.
+std::vector<at::Tensor> make_compute_copies(const NamedTensors& master, Precision p);
+
+// Gradient accumulation over micro-batches in either mode. `take(i)` is called whenever a
+// backward that touched parameter i is complete (fp32 mode adds it into the master-dtype
+// buffer right away and clears the compute copy's .grad); `finish` converts what is left.
+class GradAccumulator {
+ public:
+  GradAccumulator(const TrainConfig& cfg, const NamedTensors& master,
+                  std::vector<at::Tensor>& compute);
+  void after_backward(const std::vector<size_t>& params);  // no-op in bf16 mode
+  std::vector<at::Tensor> finish();  // master-dtype gradients in FQN order
+
+ private:
+  bool in_master_;
+  const NamedTensors& master_;
+  std::vector<at::Tensor>& compute_;
+  std::vector<at::Tensor> acc_;
+};
+
+// The end of a step, identical in both trainers: logged loss = stack(mb_losses).sum() (one
+// reduction), total norm in the configured order, clipping, AdamW, the observer's record.
+void finish_step(const TrainConfig& cfg, int64_t step, AdamW& optimizer, NamedTensors& master,
+                 std::vector<at::Tensor> grads, const at::Tensor& loss,
+                 const std::vector<at::Tensor>& mb_losses, int64_t tokens,
+                 std::chrono::steady_clock::time_point t0, StepObserver& observer);
+
+}  // namespace parity::kernels

@@ -1,0 +1,182 @@
+#include "pipelined/stage.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+
+#include "kernels/ops.h"
+
+namespace parity::pipelined {
+
+namespace {
+
+bool contains(const Blocks& bs, int b) { return std::binary_search(bs.begin(), bs.end(), b); }
+
+// Columns of stack_BTND at the given block indices, dense, in the order given.
+at::Tensor columns(const at::Tensor& stack, const Blocks& blocks) {
+  std::vector<at::Tensor> cols;
+  cols.reserve(blocks.size());
+  for (int b : blocks) cols.push_back(stack.select(2, b));
+  return at::stack(cols, 2).contiguous();
+}
+
+}  // namespace
+
+StageRunner::StageRunner(int stage, StepContext* ctx) : stage_(stage), ctx_(ctx) {}
+
+bool StageRunner::last() const {
+  return stage_ + 1 == static_cast<int>(ctx_->tables->stages.size());
+}
+
+const Blocks& StageRunner::send_blocks() const {
+  return ctx_->cache ? route().send_cached : route().send_naive;
+}
+const Blocks& StageRunner::recv_blocks() const {
+  return ctx_->cache ? route().recv_cached : route().recv_naive;
+}
+
+bool StageRunner::forward_ready(int mb) const {
+  if (stage_ == 0) return true;
+  return ctx_->transport->ready(ctx_->tables->rank_of(stage_ - 1),
+                                Tag{stage_ - 1, stage_, mb, true});
+}
+
+bool StageRunner::backward_ready(int mb) const {
+  if (!saved_.count(mb)) return false;
+  if (last()) return true;
+  return ctx_->transport->ready(ctx_->tables->rank_of(stage_ + 1),
+                                Tag{stage_ + 1, stage_, mb, false});
+}
+
+void StageRunner::forward(int mb) {
+  const auto& r = route();
+  const auto& split = ctx_->tables->split;
+  const auto& model = *ctx_->model;
+  auto& store = (*ctx_->stores)[r.rank];
+  std::unique_ptr<at::NoGradGuard> no_grad;
+  if (!ctx_->training) no_grad = std::make_unique<at::NoGradGuard>();
+
+  Saved sv;
+  kernels::LayerState state;
+  if (split.has_emb(stage_)) {
+    state = model.embed(*ctx_->weights, ctx_->tokens[mb]);
+  } else {
+    auto msg = ctx_->transport->recv(ctx_->tables->rank_of(stage_ - 1),
+                                     Tag{stage_ - 1, stage_, mb, true});
+    const auto& wire = recv_blocks();
+    // Assemble the entry stack in block order: store columns or wire columns.
+    std::vector<at::Tensor> cols;
+    size_t w = 0;
+    for (int b : r.entry) {
+      if (ctx_->cache && contains(r.held_at_entry, b)) {
+        cols.push_back(store.get(mb, b, stage_));
+      } else {
+        if (w >= wire.size() || wire[w] != b)
+          throw ProtocolError("stage " + std::to_string(stage_) + " (micro-batch " +
+                              std::to_string(mb) + "): block " + std::to_string(b) +
+                              " is neither in the store nor on the wire");
+        cols.push_back(msg.at(1).select(2, static_cast<int64_t>(w++)));
+      }
+    }
+    const auto& h = msg.at(0);
+    at::Tensor stack = cols.empty() ? h.new_empty({h.size(0), h.size(1), 0, h.size(2)})
+                                    : at::stack(cols, 2);
+    sv.h_leaf = h.detach().requires_grad_(ctx_->training);
+    sv.stack_leaf = stack.detach().requires_grad_(ctx_->training && !cols.empty());
+    state = {sv.h_leaf, sv.stack_leaf};
+  }
+  for (int l : split.layers(stage_)) state = model.layer(l, *ctx_->weights, *ctx_->buffers, state);
+
+  if (ctx_->cache)
+    for (int b : r.stores) store.put(mb, b, state.stack_BTND.select(2, b).detach());
+
+  if (split.has_head(stage_)) {
+    sv.loss = kernels::cross_entropy_sum(model.head_logits(*ctx_->weights, state),
+                                         ctx_->labels[mb]) /
+              ctx_->n_global;
+    losses_[mb] = sv.loss.detach();
+  } else {
+    std::vector<at::Tensor> payload{state.x_BTD};
+    if (!send_blocks().empty()) payload.push_back(columns(state.stack_BTND, send_blocks()));
+    ctx_->transport->send(payload, ctx_->tables->rank_of(stage_ + 1),
+                          Tag{stage_, stage_ + 1, mb, true});
+  }
+  sv.out_x = state.x_BTD;
+  sv.out_stack = state.stack_BTND;
+
+  // The rank's last stage releases the micro-batch's blocks.
+  if (stage_ + ctx_->tables->pp >= static_cast<int>(ctx_->tables->stages.size()))
+    store.release(mb);
+  if (ctx_->training) saved_[mb] = std::move(sv);
+}
+
+void StageRunner::backward(int mb) {
+  const auto& r = route();
+  auto& store = (*ctx_->stores)[r.rank];
+  Saved sv = std::move(saved_.at(mb));
+  saved_.erase(mb);
+
+  std::vector<at::Tensor> roots, grads;
+  if (last()) {
+    roots.push_back(sv.loss);
+    grads.push_back(at::Tensor());
+  } else {
+    auto msg = ctx_->transport->recv(ctx_->tables->rank_of(stage_ + 1),
+                                     Tag{stage_ + 1, stage_, mb, false});
+    at::Tensor g_stack;
+    const auto& sent = send_blocks();
+    const bool all_sent = static_cast<int64_t>(sent.size()) == sv.out_stack.size(2);
+    if (all_sent && !ctx_->cache) {
+      if (!sent.empty()) g_stack = msg.at(1);  // naive: the wire gradient is the whole column set
+    } else if (sv.out_stack.size(2) > 0) {
+      g_stack = at::zeros_like(sv.out_stack);
+      for (size_t i = 0; i < sent.size(); ++i) g_stack.select(2, sent[i]).copy_(msg.at(1).select(2, i));
+    }
+    if (ctx_->cache) {
+      std::vector<int> owned;
+      for (const auto& d : r.collects)
+        if (std::find(owned.begin(), owned.end(), d.block) == owned.end()) owned.push_back(d.block);
+      for (int b : owned) {
+        auto deps = store.collect(mb, b, r.deposits_expected(b), stage_);
+        auto col = g_stack.select(2, b);
+        for (const auto& d : deps) col.add_(d);
+      }
+    }
+    if (sv.out_x.requires_grad()) {
+      roots.push_back(sv.out_x);
+      grads.push_back(msg.at(0));
+    }
+    if (g_stack.defined() && sv.out_stack.requires_grad()) {
+      roots.push_back(sv.out_stack);
+      grads.push_back(g_stack);
+    }
+  }
+  if (!roots.empty()) torch::autograd::backward(roots, grads);
+
+  if (stage_ == 0) return;
+  // Input gradients: the hidden state, the wire columns (dense, wire order), deposits.
+  auto g_h = sv.h_leaf.grad().defined() ? sv.h_leaf.grad() : at::zeros_like(sv.h_leaf);
+  at::Tensor g_in = sv.stack_leaf.grad();
+  if (!g_in.defined() && sv.stack_leaf.size(2) > 0) g_in = at::zeros_like(sv.stack_leaf);
+  std::vector<at::Tensor> payload{g_h};
+  const auto& wire = recv_blocks();
+  if (!wire.empty()) payload.push_back(ctx_->cache ? columns(g_in, wire) : g_in);
+  ctx_->transport->send(payload, ctx_->tables->rank_of(stage_ - 1),
+                        Tag{stage_, stage_ - 1, mb, false});
+  if (ctx_->cache) {
+    bool first = true;
+    for (int b : r.deposits) {
+      auto d = g_in.select(2, b).contiguous();
+      if (first && ctx_->faults.drop_from_stage == stage_) {
+        first = false;
+        continue;
+      }
+      if (first && ctx_->faults.duplicate_from_stage == stage_)
+        store.deposit(mb, b, stage_, d.clone());
+      first = false;
+      store.deposit(mb, b, stage_, d);
+    }
+  }
+}
+
+}  // namespace parity::pipelined

@@ -1,0 +1,201 @@
+#include "pipelined/trainer.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+
+#include "kernels/threads.h"
+#include "pipelined/executor.h"
+
+namespace parity::pipelined {
+
+namespace {
+Split make_split(const kernels::ModelConfig& m, const PipelineConfig& pc) {
+  const int stages = pc.pp * pc.vp;
+  return pc.split.empty() ? default_split(m.n_layers, stages)
+                          : parse_split(pc.split, m.n_layers, stages);
+}
+}  // namespace
+
+PipelinedTrainer::PipelinedTrainer(kernels::TrainConfig cfg, PipelineConfig pc,
+                                   const kernels::NamedTensors& init,
+                                   const datasets::TokenRows& data)
+    : cfg_(std::move(cfg)),
+      pc_(std::move(pc)),
+      model_(cfg_.model, cfg_.model_options),
+      data_(data),
+      split_(make_split(cfg_.model, pc_)),
+      tables_(make_routing_tables(cfg_.model.n_layers, cfg_.model.layers_per_block, split_,
+                                  pc_.pp)),
+      schedule_(make_schedule(pc_.schedule, pc_.pp, pc_.vp, cfg_.microbatches)),
+      optimizer_(cfg_.adamw, {}) {
+  if (cfg_.dp != 1)
+    throw std::invalid_argument("the pipelined trainer runs dp 1 for now; use --dp 1");
+  dry_run(schedule_);
+  if (pc_.cache) {
+    std::vector<int> map;
+    for (int s = 0; s < schedule_.num_stages(); ++s) map.push_back(schedule_.stage_to_rank(s));
+    check_loop_map(map, pc_.pp, to_string(pc_.schedule));
+  }
+  const auto device = torch::Device(cfg_.device);
+  const auto mdt = kernels::master_dtype(cfg_.precision);
+  std::vector<at::Tensor> masters;
+  for (const auto& t : init.tensors()) masters.push_back(t.to(device, mdt).clone());
+  master_ = kernels::NamedTensors(init.names(), masters);
+  auto bufs = kernels::init_buffers(cfg_.model);
+  std::vector<at::Tensor> btensors;
+  for (const auto& t : bufs.tensors())
+    btensors.push_back(t.to(device, kernels::compute_dtype(cfg_.precision)));
+  buffers_ = kernels::NamedTensors(bufs.names(), btensors);
+  optimizer_ = kernels::AdamW(cfg_.adamw, master_.tensors());
+
+  const auto specs = kernels::param_specs(cfg_.model);
+  stage_params_.assign(split_.num_stages(), {});
+  for (size_t i = 0; i < specs.size(); ++i)
+    stage_params_[split_.stage_of_unit(specs[i].unit)].push_back(i);
+  if (cfg_.clip_order == kernels::ClipOrder::PerRank) cfg_.param_rank = param_ranks();
+}
+
+std::vector<int> PipelinedTrainer::param_ranks() const {
+  std::vector<int> out;
+  for (const auto& s : kernels::param_specs(cfg_.model))
+    out.push_back(tables_.rank_of(split_.stage_of_unit(s.unit)));
+  return out;
+}
+
+kernels::RunInfo PipelinedTrainer::run_info() const {
+  kernels::RunInfo info;
+  info.trainer = "pipelined";
+  info.flavor = cfg_.model.name;
+  info.precision = kernels::to_string(cfg_.precision);
+  info.grad_accum = kernels::effective_grad_accum(cfg_);
+  info.clip_order = kernels::to_string(cfg_.clip_order);
+  info.attn_res_impl =
+      cfg_.model_options.attn_res == kernels::AttnResImpl::Plain ? "plain" : "recompute";
+  info.kda_impl = cfg_.model_options.kda == kernels::KdaImpl::Chunked ? "chunked" : "recurrent";
+  info.device = cfg_.device;
+  info.seed = cfg_.seed;
+  info.threads = cfg_.threads;
+  info.steps = cfg_.steps;
+  info.microbatches = cfg_.microbatches;
+  info.rows = cfg_.rows;
+  info.seq_len = data_.seq_len();
+  info.dp = cfg_.dp;
+  info.reverse_microbatches = cfg_.reverse_microbatches;
+  info.fqns = master_.names();
+  return info;
+}
+
+void PipelinedTrainer::run(kernels::StepObserver& observer) {
+  kernels::pin_threads(cfg_.threads);
+  if (torch::Device(cfg_.device).is_cuda()) kernels::use_deterministic_cuda();
+  observer.on_start(run_info());
+  for (int64_t s = 1; s <= cfg_.steps; ++s) step(s, observer);
+  observer.on_end();
+}
+
+PipelinedTrainer::Batch PipelinedTrainer::batch(int64_t step) const {
+  const auto device = torch::Device(cfg_.device);
+  const int64_t T = data_.seq_len();
+  const datasets::BatchShape shape{cfg_.dp, cfg_.microbatches, cfg_.rows};
+  Batch b;
+  b.n_global = static_cast<int64_t>(cfg_.dp) * cfg_.microbatches * cfg_.rows * T;
+  std::vector<int64_t> inputs, labels;
+  for (int m = 0; m < cfg_.microbatches; ++m) {
+    auto rows =
+        datasets::microbatch_rows(shape, data_.num_rows(), step, 0, m, cfg_.reverse_microbatches);
+    datasets::fill_microbatch(data_, rows, inputs, labels);
+    auto opts = torch::TensorOptions().dtype(torch::kLong);
+    b.tokens.push_back(torch::from_blob(inputs.data(), {cfg_.rows, T}, opts).to(device).clone());
+    b.labels.push_back(torch::from_blob(labels.data(), {cfg_.rows, T}, opts).to(device).clone());
+  }
+  return b;
+}
+
+void PipelinedTrainer::execute(StepContext& ctx, const std::vector<std::vector<Action>>& orders,
+                               kernels::GradAccumulator* acc, std::vector<at::Tensor>& losses) {
+  std::vector<RankStore> stores;
+  for (int r = 0; r < pc_.pp; ++r) stores.emplace_back(r);
+  Mailboxes mail;
+  ctx.stores = &stores;
+  ctx.transport = &mail;
+  std::vector<StageRunner> stages;
+  for (int s = 0; s < split_.num_stages(); ++s) stages.emplace_back(s, &ctx);
+
+  ExecutorHooks hooks;
+  hooks.ready = [&](const Action& a) {
+    return a.forward ? stages[a.stage].forward_ready(a.microbatch)
+                     : stages[a.stage].backward_ready(a.microbatch);
+  };
+  hooks.run = [&](const Action& a) {
+    if (a.forward) {
+      stages[a.stage].forward(a.microbatch);
+    } else {
+      stages[a.stage].backward(a.microbatch);
+      if (acc) acc->after_backward(stage_params_[a.stage]);
+    }
+  };
+  run_in_process(schedule_, orders, hooks);
+
+  for (int r = 0; r < pc_.pp; ++r) stores[r].check_empty("after the step");
+  if (!mail.empty()) throw ProtocolError("messages left undelivered after the step");
+  losses.clear();
+  for (int m = 0; m < cfg_.microbatches; ++m) losses.push_back(stages.back().loss(m));
+
+  stats_ = PipelineStats{};
+  for (const auto& st : stores) stats_.store_high_water.push_back(st.high_water_microbatches());
+  stats_.bytes_forward = mail.total_bytes(true);
+  stats_.bytes_backward = mail.total_bytes(false);
+  for (int m = 0; m < cfg_.microbatches; ++m) {
+    stats_.bytes_forward_per_mb.push_back(mail.bytes_sent(m, true));
+    stats_.bytes_backward_per_mb.push_back(mail.bytes_sent(m, false));
+  }
+}
+
+void PipelinedTrainer::step(int64_t s, kernels::StepObserver& observer) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto compute = kernels::make_compute_copies(master_, cfg_.precision);
+  const kernels::NamedTensors weights(master_.names(), compute);
+  auto b = batch(s);
+
+  StepContext ctx;
+  ctx.model = &model_;
+  ctx.weights = &weights;
+  ctx.buffers = &buffers_;
+  ctx.tables = &tables_;
+  ctx.cache = pc_.cache;
+  ctx.tokens = b.tokens;
+  ctx.labels = b.labels;
+  ctx.n_global = static_cast<double>(b.n_global);
+  ctx.training = true;
+  ctx.faults = pc_.faults;
+
+  kernels::GradAccumulator acc(cfg_, master_, compute);
+  std::vector<at::Tensor> losses;
+  execute(ctx, training_orders(schedule_), &acc, losses);
+  auto loss = torch::stack(losses).sum();
+  kernels::finish_step(cfg_, s, optimizer_, master_, acc.finish(), loss, losses, b.n_global, t0,
+                       observer);
+}
+
+std::vector<at::Tensor> PipelinedTrainer::forward_only(int64_t step) {
+  at::NoGradGuard no_grad;
+  auto compute = kernels::make_compute_copies(master_, cfg_.precision);
+  const kernels::NamedTensors weights(master_.names(), compute);
+  auto b = batch(step);
+  StepContext ctx;
+  ctx.model = &model_;
+  ctx.weights = &weights;
+  ctx.buffers = &buffers_;
+  ctx.tables = &tables_;
+  ctx.cache = pc_.cache;
+  ctx.tokens = b.tokens;
+  ctx.labels = b.labels;
+  ctx.n_global = static_cast<double>(b.n_global);
+  ctx.training = false;
+  std::vector<at::Tensor> losses;
+  execute(ctx, forward_only_orders(schedule_), nullptr, losses);
+  return losses;
+}
+
+}  // namespace parity::pipelined

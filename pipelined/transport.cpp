@@ -1,0 +1,52 @@
+#include "pipelined/transport.h"
+
+#include <ATen/ATen.h>
+
+#include <stdexcept>
+
+namespace parity::pipelined {
+
+std::string Tag::str() const {
+  return std::to_string(forward ? from_stage : to_stage) + (forward ? "F" : "B") +
+         std::to_string(mb) + " " + std::to_string(from_stage) + "->" + std::to_string(to_stage);
+}
+
+void Transport::count(const std::vector<at::Tensor>& tensors, const Tag& tag) {
+  int64_t n = 0;
+  for (const auto& t : tensors) n += t.numel() * static_cast<int64_t>(t.element_size());
+  bytes_[{tag.mb, tag.forward}] += n;
+}
+
+int64_t Transport::bytes_sent(int mb, bool forward) const {
+  auto it = bytes_.find({mb, forward});
+  return it == bytes_.end() ? 0 : it->second;
+}
+
+int64_t Transport::total_bytes(bool forward) const {
+  int64_t n = 0;
+  for (const auto& b : bytes_)
+    if (b.first.second == forward) n += b.second;
+  return n;
+}
+
+void Mailboxes::send(const std::vector<at::Tensor>& tensors, int, const Tag& tag) {
+  std::vector<at::Tensor> copies;
+  copies.reserve(tensors.size());
+  for (const auto& t : tensors) copies.push_back(t.detach().contiguous().clone());
+  count(copies, tag);
+  if (!boxes_.emplace(tag, std::move(copies)).second)
+    throw std::logic_error("in-process transport: a second message for " + tag.str());
+}
+
+bool Mailboxes::ready(int, const Tag& tag) { return boxes_.count(tag) != 0; }
+
+std::vector<at::Tensor> Mailboxes::recv(int, const Tag& tag) {
+  auto it = boxes_.find(tag);
+  if (it == boxes_.end())
+    throw std::logic_error("in-process transport: no message for " + tag.str());
+  auto out = std::move(it->second);
+  boxes_.erase(it);
+  return out;
+}
+
+}  // namespace parity::pipelined

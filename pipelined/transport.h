@@ -1,0 +1,59 @@
+// How stages exchange tensors (DESIGN.md section 5, "Executors / transports").
+//
+// A message is (hidden, delta) forward and (d hidden, d delta) backward; the delta is omitted
+// when the tables say it is empty, on both sides. Tensors are made dense before they leave.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace parity::pipelined {
+
+struct Tag {
+  int from_stage = 0, to_stage = 0, mb = 0;
+  bool forward = true;
+  std::string str() const;  // "1F3 -> 2" style, for errors
+  bool operator<(const Tag& o) const {
+    return std::tie(forward, from_stage, to_stage, mb) <
+           std::tie(o.forward, o.from_stage, o.to_stage, o.mb);
+  }
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual void send(const std::vector<at::Tensor>& tensors, int to_rank, const Tag& tag) = 0;
+  // Whether the message has arrived (the in-process scheduler asks before it runs an action).
+  virtual bool ready(int from_rank, const Tag& tag) = 0;
+  virtual std::vector<at::Tensor> recv(int from_rank, const Tag& tag) = 0;
+
+  // Bytes sent, per micro-batch and direction, over the whole run.
+  int64_t bytes_sent(int mb, bool forward) const;
+  int64_t total_bytes(bool forward) const;
+  void reset_counters() { bytes_.clear(); }
+
+ protected:
+  void count(const std::vector<at::Tensor>& tensors, const Tag& tag);
+
+ private:
+  std::map<std::pair<int, bool>, int64_t> bytes_;
+};
+
+// The in-process transport: one mailbox per tag. Sends copy (dense), as a wire would.
+class Mailboxes : public Transport {
+ public:
+  void send(const std::vector<at::Tensor>& tensors, int to_rank, const Tag& tag) override;
+  bool ready(int from_rank, const Tag& tag) override;
+  std::vector<at::Tensor> recv(int from_rank, const Tag& tag) override;
+  bool empty() const { return boxes_.empty(); }
+
+ private:
+  std::map<Tag, std::vector<at::Tensor>> boxes_;
+};
+
+}  // namespace parity::pipelined

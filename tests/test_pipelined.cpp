@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -148,6 +149,152 @@ INSTANTIATE_TEST_SUITE_P(
       return shape_name(std::get<0>(info.param)) + "_" +
              kernels::to_string(std::get<1>(info.param));
     });
+
+// Contract 2: the cached transport's forward is the naive one (step-1 micro-batch losses and
+// total loss bitwise), and under plain 1F1B (one stage per rank, no deposits) the two are
+// bitwise equal in everything, every step.
+class CachedForwardEqualsNaive : public ::testing::TestWithParam<std::tuple<Shape, Precision>> {};
+
+TEST_P(CachedForwardEqualsNaive, StepOneLossesBitwise) {
+  const auto [shape, p] = GetParam();
+  auto naive = pipelined_run(p, 1, pipeline(shape, false));
+  auto cached = pipelined_run(p, 1, pipeline(shape, true));
+  EXPECT_TRUE(torch::equal(naive.loss[0], cached.loss[0])) << shape_name(shape);
+  for (size_t m = 0; m < naive.mb_losses[0].size(); ++m)
+    EXPECT_TRUE(torch::equal(naive.mb_losses[0][m], cached.mb_losses[0][m]))
+        << shape_name(shape) << " micro-batch " << m;
+  if (shape.vp == 1) {
+    auto naive5 = pipelined_run(p, 5, pipeline(shape, false));
+    auto cached5 = pipelined_run(p, 5, pipeline(shape, true));
+    expect_bitwise(naive5, cached5, /*every_grad_step=*/true, shape_name(shape) + " 1F1B cached");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CachedForwardEqualsNaive,
+    ::testing::Combine(::testing::ValuesIn(kShapes),
+                       ::testing::Values(Precision::FP32, Precision::BF16)),
+    [](const auto& info) {
+      return shape_name(std::get<0>(info.param)) + "_" +
+             kernels::to_string(std::get<1>(info.param));
+    });
+
+// With several stages per rank the cached transport sums some block gradients in another
+// order: it must not be bitwise equal to naive everywhere (else the deposits never ran), and
+// the difference must stay in the gradients (the forward is identical, checked above).
+TEST(CachedTransport, DiffersFromNaiveOnlyAfterTheForward) {
+  const Shape shape{2, 2, ""};
+  auto naive = pipelined_run(Precision::BF16, 1, pipeline(shape, false));
+  auto cached = pipelined_run(Precision::BF16, 1, pipeline(shape, true));
+  bool any_grad_differs = false;
+  for (size_t i = 0; i < naive.grads[0].size(); ++i)
+    any_grad_differs |= !torch::equal(naive.grads[0][i], cached.grads[0][i]);
+  EXPECT_TRUE(any_grad_differs);
+}
+
+// The store holds at most the micro-batches in flight on its rank: between a micro-batch's
+// first forward on the rank and the rank's last stage forward for it. In flight at once, on
+// rank r, is bounded by the number of forwards the rank runs before its first backward
+// (its warm-up), which the schedule gives directly.
+TEST(RankStore, HighWaterMarkWithinTheScheduleInFlight) {
+  for (const Shape& shape : kShapes) {
+    pipelined::PipelinedTrainer t(tiny_config(Precision::FP32, 1), pipeline(shape, true),
+                                  tiny_params(), rows());
+    Capture c;
+    t.run(c);
+    const auto& hw = t.last_stats().store_high_water;
+    ASSERT_EQ(static_cast<int>(hw.size()), shape.pp);
+    for (int r = 0; r < shape.pp; ++r) {
+      // Micro-batches with a forward on this rank whose last-stage forward on the rank has not
+      // run yet, maximised over the rank's order: computed from the schedule, not the store.
+      const auto order = t.schedule().rank_order(r);
+      const int last_stage = r + (shape.vp - 1) * shape.pp;
+      std::set<int> open;
+      int most = 0;
+      for (const auto& a : order) {
+        if (!a.forward) continue;
+        open.insert(a.microbatch);
+        most = std::max(most, static_cast<int>(open.size()));
+        if (a.stage == last_stage) open.erase(a.microbatch);
+      }
+      EXPECT_LE(hw[r], most) << shape_name(shape) << " rank " << r;
+      if (shape.vp > 1) EXPECT_GE(hw[r], 1) << shape_name(shape) << " rank " << r;
+    }
+  }
+}
+
+TEST(RankStore, ForwardOnlyPassBetweenStepsLeavesTheStoreEmptyAndMatchesTraining) {
+  const Shape shape{4, 4, ""};
+  for (bool cache : {false, true}) {
+    pipelined::PipelinedTrainer t(tiny_config(Precision::FP32, 1), pipeline(shape, cache),
+                                  tiny_params(), rows());
+    // Forward-only on step 1's data with the initial parameters equals the training forward.
+    auto eval = t.forward_only(1);  // throws if a store is left non-empty
+    Capture c;
+    t.step(1, c);
+    ASSERT_EQ(eval.size(), c.run.mb_losses[0].size());
+    for (size_t m = 0; m < eval.size(); ++m)
+      EXPECT_TRUE(torch::equal(eval[m], c.run.mb_losses[0][m])) << "micro-batch " << m;
+    EXPECT_NO_THROW(t.forward_only(2));
+    EXPECT_NO_THROW(t.step(2, c));
+  }
+}
+
+std::string failure_of(const pipelined::PipelineConfig& pc) {
+  try {
+    pipelined::PipelinedTrainer t(tiny_config(Precision::FP32, 1), pc, tiny_params(), rows());
+    Capture c;
+    t.run(c);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(StageProtocol, MissingDepositFailsLoudlyNamingBlockStageMicroBatch) {
+  auto pc = pipeline({2, 2, ""}, true);
+  // pp2 x vp2 on tiny: stage 2 (rank 0) reads blocks from rank 0's store and deposits them.
+  pc.faults.drop_from_stage = 2;
+  const auto msg = failure_of(pc);
+  EXPECT_NE(msg.find("deposit count for block"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("expected 1, got 0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("micro-batch 0"), std::string::npos) << msg;
+}
+
+TEST(StageProtocol, ExtraDepositFailsLoudly) {
+  auto pc = pipeline({2, 2, ""}, true);
+  pc.faults.duplicate_from_stage = 2;
+  const auto msg = failure_of(pc);
+  EXPECT_NE(msg.find("expected 1, got 2"), std::string::npos) << msg;
+}
+
+TEST(StageProtocol, HeadAloneOnTheLastStage) {
+  // The 16-stage default split of tiny puts the head alone on stage 15 (it runs only the
+  // output aggregation, reading every block from its rank's store).
+  pipelined::PipelinedTrainer t(tiny_config(Precision::FP32, 1), pipeline({4, 4, ""}, true),
+                                tiny_params(), rows());
+  const auto& r = t.tables().stages[15];
+  EXPECT_EQ(t.tables().split.units(15), std::vector<int>{17});
+  // It reads all five blocks: block 4 (committed on stage 14, rank 2) over the wire, the
+  // rest from rank 3's store, whose gradients it deposits.
+  EXPECT_EQ(r.reads, (pipelined::Blocks{0, 1, 2, 3, 4}));
+  EXPECT_EQ(r.recv_cached, (pipelined::Blocks{4}));
+  EXPECT_EQ(r.deposits, (pipelined::Blocks{0, 1, 2, 3}));
+  // And the cached run completes with every deposit collected (run() checks the stores).
+  Capture c;
+  EXPECT_NO_THROW(t.run(c));
+}
+
+TEST(StageProtocol, ExplicitUnevenSplitEqualsReference) {
+  // An uneven 8-stage split with blocks opening inside stages, an embedding-only stage 0 and
+  // a head-only last stage.
+  const Shape shape{2, 4, "emb|0-3|4|5-9|10|11-12|13-16|head"};
+  auto ref = reference_run(Precision::FP32, 2);
+  expect_bitwise(ref, pipelined_run(Precision::FP32, 2, pipeline(shape, false)), true,
+                 "uneven naive");
+  auto cached = pipelined_run(Precision::FP32, 1, pipeline(shape, true));
+  EXPECT_TRUE(torch::equal(ref.loss[0], cached.loss[0]));
+}
 
 }  // namespace
 }  // namespace parity

@@ -55,24 +55,33 @@ class StepTimes : public kernels::StepObserver {
   int64_t tokens = 0;
 };
 
-int bench_reference(BenchOptions o) {
+int bench_trainer(BenchOptions o) {
   o.run.steps = o.warmup_steps + o.measured_steps;
-  auto cfg = train_config(o.run);
-  auto rows = load_rows(o.run);
-  auto init = initial_params(o.run, cfg.model);
-  reference::ReferenceTrainer trainer(cfg, init, *rows);
+  const bool pipe = o.what == "pipelined";
+  std::string shape = "reference";
+  if (pipe)
+    shape = "pp" + std::to_string(o.run.pp) + "xvp" + std::to_string(o.run.vp) + " cache " +
+            o.run.cache;
+  std::fprintf(stderr, "bench %s: %s %s, %d x %d x %lld tokens, %d warm-up + %d measured "
+               "steps, %d thread(s)\n", shape.c_str(), o.run.flavor.c_str(),
+               o.run.dtype.c_str(), o.run.microbatches, o.run.rows,
+               static_cast<long long>(o.run.seq_len), o.warmup_steps, o.measured_steps,
+               o.run.threads);
   StepTimes times;
-  std::fprintf(stderr, "bench reference: %s %s, %d x %d x %lld tokens, %d warm-up + %d measured "
-               "steps, %d thread(s)\n", o.run.flavor.c_str(), o.run.dtype.c_str(),
-               o.run.microbatches, o.run.rows, static_cast<long long>(o.run.seq_len),
-               o.warmup_steps, o.measured_steps, o.run.threads);
-  trainer.run(times);
+  pipelined::PipelineStats stats;
+  run_trainer(o.what, o.run, times, &stats);
   std::vector<double> measured(times.seconds.begin() + o.warmup_steps, times.seconds.end());
   const double ms = median(measured) * 1e3;
-  std::printf("%-12s %-6s %-10s %12s %12s %12s\n", "flavor", "dtype", "trainer", "ms/step",
+  std::printf("%-12s %-6s %-24s %12s %12s %12s", "flavor", "dtype", "trainer", "ms/step",
               "tokens/s", "peak RSS MiB");
-  std::printf("%-12s %-6s %-10s %12.1f %12.1f %12.1f\n", o.run.flavor.c_str(),
-              o.run.dtype.c_str(), "reference", ms, times.tokens / (ms / 1e3), peak_rss_mib());
+  if (pipe) std::printf(" %14s %14s", "fwd B/mb", "bwd B/mb");
+  std::printf("\n%-12s %-6s %-24s %12.1f %12.1f %12.1f", o.run.flavor.c_str(),
+              o.run.dtype.c_str(), (pipe ? "pipelined " + shape : shape).c_str(), ms,
+              times.tokens / (ms / 1e3), peak_rss_mib());
+  if (pipe && !stats.bytes_forward_per_mb.empty())
+    std::printf(" %14lld %14lld", static_cast<long long>(stats.bytes_forward_per_mb[0]),
+                static_cast<long long>(stats.bytes_backward_per_mb[0]));
+  std::printf("\n");
   return 0;
 }
 
@@ -117,16 +126,16 @@ int bench_kda(const BenchOptions& o) {
 Command add_bench_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "measure throughput (reference steps, KDA forms)");
   auto o = std::make_shared<BenchOptions>();
-  cmd->add_option("--what", o->what, "reference or kda")->capture_default_str();
+  cmd->add_option("--what", o->what, "reference, pipelined or kda")->capture_default_str();
   add_run_options(*cmd, o->run);
   cmd->add_option("--warmup-steps", o->warmup_steps, "unmeasured steps first")
       ->capture_default_str();
   cmd->add_option("--measured-steps", o->measured_steps, "steps whose median is reported")
       ->capture_default_str()->check(CLI::Range(1, 1000));
   return {cmd, [o] {
-            if (o->what == "reference") return bench_reference(*o);
+            if (o->what == "reference" || o->what == "pipelined") return bench_trainer(*o);
             if (o->what == "kda") return bench_kda(*o);
-            throw UsageError("unknown --what '" + o->what + "'; use reference or kda");
+            throw UsageError("unknown --what '" + o->what + "'; use reference, pipelined or kda");
           }};
 }
 

@@ -18,13 +18,6 @@ struct TrainOptions {
 };
 
 int run_train(const TrainOptions& o) {
-  if (o.trainer != "reference")
-    throw UsageError("unknown --trainer '" + o.trainer + "'; this build has: reference");
-  auto cfg = train_config(o.run);
-  auto rows = load_rows(o.run);
-  auto init = initial_params(o.run, cfg.model);
-  reference::ReferenceTrainer trainer(cfg, init, *rows);
-
   ConsoleObserver console(o.quiet);
   std::unique_ptr<JsonlObserver> jsonl;
   ObserverList observers;
@@ -33,7 +26,7 @@ int run_train(const TrainOptions& o) {
     jsonl = std::make_unique<JsonlObserver>(o.metrics);
     observers.add(jsonl.get());
   }
-  trainer.run(observers);
+  run_trainer(o.trainer, o.run, observers);
   return 0;
 }
 }  // namespace
@@ -41,7 +34,7 @@ int run_train(const TrainOptions& o) {
 Command add_train_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "train a model and report every step");
   auto o = std::make_shared<TrainOptions>();
-  cmd->add_option("--trainer", o->trainer, "reference")->capture_default_str();
+  cmd->add_option("--trainer", o->trainer, "reference or pipelined")->capture_default_str();
   add_run_options(*cmd, o->run);
   cmd->add_option("--metrics", o->metrics, "write per-step metrics as JSONL to this file");
   cmd->add_flag("--quiet", o->quiet, "no per-step console lines");

@@ -24,5 +24,7 @@ Command add_model_command(CLI::App& app);
 Command add_init_command(CLI::App& app);
 Command add_train_command(CLI::App& app);
 Command add_bench_command(CLI::App& app);
+Command add_layout_command(CLI::App& app);
+Command add_schedule_command(CLI::App& app);
 
 }  // namespace parity::cli

@@ -14,6 +14,9 @@
 #include "compare/h5.h"
 #include "datasets/corpus.h"
 #include "kernels/config.h"
+#include "pipelined/rank_store.h"
+#include "pipelined/schedule.h"
+#include "pipelined/split.h"
 
 int main(int argc, char** argv) {
   using namespace parity;
@@ -22,7 +25,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", cli::version_text());
   std::map<CLI::App*, std::function<int()>> actions;
   for (auto add : {cli::add_model_command, cli::add_init_command, cli::add_train_command,
-                   cli::add_bench_command}) {
+                   cli::add_bench_command, cli::add_layout_command, cli::add_schedule_command}) {
     auto cmd = add(app);
     actions[cmd.app] = cmd.run;
   }
@@ -50,6 +53,15 @@ int main(int argc, char** argv) {
   } catch (const compare::CheckpointError& e) {
     std::cerr << "parity: " << e.what() << "\n";
     return 2;
+  } catch (const pipelined::SplitError& e) {
+    std::cerr << "parity: " << e.what() << "\n";
+    return 2;
+  } catch (const pipelined::ScheduleError& e) {
+    std::cerr << "parity: " << e.what() << "\n";
+    return 2;
+  } catch (const pipelined::DeadlockError& e) {
+    std::cerr << "parity: " << e.what() << "\n";
+    return 1;
   } catch (const h5::Error& e) {
     std::cerr << "parity: " << e.what() << "\n";
     return 2;

@@ -38,9 +38,16 @@ void add_run_options(CLI::App& cmd, RunOptions& o) {
                                         "(default: the Debian fortunes text)");
   cmd.add_option("--clip-order", o.clip_order, "total-norm order: single or per-rank")
       ->capture_default_str();
-  cmd.add_option("--clip-ranks", o.clip_ranks,
-                 "ranks for --clip-order per-rank: units split evenly over this many ranks")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+  cmd.add_option("--pp", o.pp, "pipeline ranks")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd.add_option("--vp", o.vp, "virtual stages per rank")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd.add_option("--schedule", o.schedule,
+                 "1f1b or interleaved1f1b (default: 1f1b for vp 1, else interleaved1f1b)");
+  cmd.add_option("--cache", o.cache, "block-stack transport: on (rank store, deltas) or off "
+                                     "(whole stack every hop)")
+      ->capture_default_str();
+  cmd.add_option("--split", o.split, "explicit split, e.g. 'emb,0|1-2|3-4|...|16|head'");
   cmd.add_option("--grad-accum", o.grad_accum,
                  "micro-batch gradient accumulation: auto (bf16 in bf16 mode), bf16, fp32")
       ->capture_default_str();
@@ -53,6 +60,8 @@ void add_run_options(CLI::App& cmd, RunOptions& o) {
       ->capture_default_str();
   cmd.add_flag("--reverse-microbatches", o.reverse_microbatches,
                "feed each step's micro-batches in reverse order");
+  cmd.add_flag("--freeze-embedding", o.freeze_embedding,
+               "no gradient and no update for the embedding");
 }
 
 kernels::ModelOptions model_options(const RunOptions& o) {
@@ -149,29 +158,15 @@ kernels::NamedTensors initial_params(const RunOptions& o, const kernels::ModelCo
   return compare::read_checkpoint(o.init_path, cfg).params;
 }
 
-namespace {
-// Provisional rank map for --clip-order per-rank: units (embedding, layers, head) split
-// evenly and contiguously over `ranks`.
-std::vector<int> even_unit_ranks(const kernels::ModelConfig& cfg, int ranks) {
-  const int units = cfg.n_layers + 2;
-  std::vector<int> out;
-  for (const auto& s : kernels::param_specs(cfg)) {
-    const int u = s.unit + 1;  // 0 .. units-1
-    out.push_back(static_cast<int>(static_cast<int64_t>(u) * ranks / units));
-  }
-  return out;
-}
-}  // namespace
-
-reference::TrainConfig train_config(const RunOptions& o) {
-  reference::TrainConfig c;
+kernels::TrainConfig train_config(const RunOptions& o) {
+  kernels::TrainConfig c;
   c.model = kernels::flavor(o.flavor);
   if (c.model.shape_only)
     throw UsageError("flavor '" + o.flavor + "' is shape-only (no weights); train debugmodel or "
                      "tiny");
   c.model_options = model_options(o);
   c.precision = kernels::parse_precision(o.dtype);
-  c.grad_accum = reference::parse_grad_accum(o.grad_accum);
+  c.grad_accum = kernels::parse_grad_accum(o.grad_accum);
   c.steps = o.steps;
   c.dp = o.dp;
   c.microbatches = o.microbatches;
@@ -185,12 +180,51 @@ reference::TrainConfig train_config(const RunOptions& o) {
   c.device = o.device;
   c.clip_order = kernels::parse_clip_order(o.clip_order);
   c.max_norm = o.max_norm;
-  if (c.clip_order == kernels::ClipOrder::PerRank)
-    c.param_rank = even_unit_ranks(c.model, o.clip_ranks);
+  if (c.clip_order == kernels::ClipOrder::PerRank) {
+    // The parameter->rank map of the pipeline layout --pp/--vp/--split describe.
+    const auto split = o.split.empty() ? pipelined::default_split(c.model.n_layers, o.pp * o.vp)
+                                       : pipelined::parse_split(o.split, c.model.n_layers,
+                                                                o.pp * o.vp);
+    for (const auto& s : kernels::param_specs(c.model))
+      c.param_rank.push_back(split.stage_of_unit(s.unit) % o.pp);
+  }
   c.reverse_microbatches = o.reverse_microbatches;
+  c.freeze_embedding = o.freeze_embedding;
   c.adamw.lr = o.lr;
   c.adamw.warmup_steps = o.warmup;
   return c;
+}
+
+pipelined::PipelineConfig pipeline_config(const RunOptions& o) {
+  pipelined::PipelineConfig pc;
+  pc.pp = o.pp;
+  pc.vp = o.vp;
+  pc.schedule = pipelined::parse_schedule_kind(
+      o.schedule.empty() ? (o.vp == 1 ? "1f1b" : "interleaved1f1b") : o.schedule);
+  if (o.cache != "on" && o.cache != "off")
+    throw UsageError("unknown --cache '" + o.cache + "'; use on or off");
+  pc.cache = o.cache == "on";
+  pc.split = o.split;
+  return pc;
+}
+
+void run_trainer(const std::string& trainer, const RunOptions& o, kernels::StepObserver& obs,
+                 pipelined::PipelineStats* stats) {
+  auto cfg = train_config(o);
+  if (trainer == "reference") {
+    auto rows = load_rows(o);
+    auto init = initial_params(o, cfg.model);
+    reference::ReferenceTrainer(cfg, init, *rows).run(obs);
+    return;
+  }
+  if (trainer != "pipelined")
+    throw UsageError("unknown --trainer '" + trainer + "'; use reference or pipelined");
+  auto pc = pipeline_config(o);
+  auto rows = load_rows(o);
+  auto init = initial_params(o, cfg.model);
+  pipelined::PipelinedTrainer t(cfg, pc, init, *rows);
+  t.run(obs);
+  if (stats) *stats = t.last_stats();
 }
 
 }  // namespace parity::cli

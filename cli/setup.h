@@ -11,6 +11,7 @@
 #include "datasets/rows.h"
 #include "kernels/model.h"
 #include "kernels/params.h"
+#include "pipelined/trainer.h"
 #include "reference/trainer.h"
 
 namespace parity::cli {
@@ -25,7 +26,13 @@ struct RunOptions {
   uint64_t seed = 42;
   int threads = 1;
   int dp = 1;
-  int clip_ranks = 1;
+  // Pipeline shape: the pipelined trainer's layout; for the reference, where the per-rank
+  // clip order takes its parameter->rank map from.
+  int pp = 1;
+  int vp = 1;
+  std::string schedule;  // "" = 1f1b when vp == 1, else interleaved1f1b
+  std::string cache = "on";
+  std::string split;
   std::string device = "cpu";
   std::string init_path;
   std::string data_path;
@@ -37,6 +44,7 @@ struct RunOptions {
   int warmup = 2;
   double max_norm = 1.0;
   bool reverse_microbatches = false;
+  bool freeze_embedding = false;
 };
 
 // Registers the options shared by `train` and `bench` on `cmd`.
@@ -52,6 +60,11 @@ std::unique_ptr<datasets::TokenRows> load_rows(const RunOptions& o);
 // deterministic initialisation from --seed.
 kernels::NamedTensors initial_params(const RunOptions& o, const kernels::ModelConfig& cfg);
 
-reference::TrainConfig train_config(const RunOptions& o);
+kernels::TrainConfig train_config(const RunOptions& o);
+pipelined::PipelineConfig pipeline_config(const RunOptions& o);
+
+// Runs the chosen trainer ("reference" or "pipelined") with the observer.
+void run_trainer(const std::string& trainer, const RunOptions& o, kernels::StepObserver& obs,
+                 pipelined::PipelineStats* stats = nullptr);
 
 }  // namespace parity::cli

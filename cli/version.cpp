@@ -8,7 +8,7 @@ std::string git_sha() { return PARITY_GIT_SHA; }
 
 std::string version_text() {
   return std::string("parity ") + PARITY_VERSION + " (git " + PARITY_GIT_SHA + "), libtorch " +
-         TORCH_VERSION + ", executors: in-process (reference)";
+         TORCH_VERSION + ", trainers: reference, pipelined; executors: in-process";
 }
 
 }  // namespace parity::cli

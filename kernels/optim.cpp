@@ -23,7 +23,7 @@ AdamW::AdamW(AdamWConfig cfg, const std::vector<at::Tensor>& params) : cfg_(cfg)
 }
 
 void AdamW::step(std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
-                 int64_t step) {
+                 int64_t step, const std::vector<bool>& frozen) {
   at::NoGradGuard no_grad;
   const double lr = learning_rate(cfg_, step);
   const double bc1 = 1.0 - std::pow(cfg_.beta1, static_cast<double>(step));
@@ -31,6 +31,7 @@ void AdamW::step(std::vector<at::Tensor>& params, const std::vector<at::Tensor>&
   const double step_size = lr / bc1;
   const double bc2_sqrt = std::sqrt(bc2);
   for (size_t i = 0; i < params.size(); ++i) {
+    if (i < frozen.size() && frozen[i]) continue;
     auto& p = params[i];
     const auto& g = grads[i];
     p.mul_(1.0 - lr * cfg_.weight_decay);

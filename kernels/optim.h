@@ -26,8 +26,10 @@ double learning_rate(const AdamWConfig& c, int64_t step);
 class AdamW {
  public:
   AdamW(AdamWConfig cfg, const std::vector<at::Tensor>& params);
-  // grads[i] has params[i]'s dtype and shape. step is 1-based.
-  void step(std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads, int64_t step);
+  // grads[i] has params[i]'s dtype and shape. step is 1-based. Parameters marked frozen are
+  // left untouched (no decay, no moments).
+  void step(std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads, int64_t step,
+            const std::vector<bool>& frozen = {});
   const AdamWConfig& config() const { return cfg_; }
 
  private:

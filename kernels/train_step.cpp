@@ -18,13 +18,16 @@ std::string effective_grad_accum(const TrainConfig& c) {
   return c.grad_accum == GradAccum::FP32 ? "fp32" : "bf16";
 }
 
-std::vector<at::Tensor> make_compute_copies(const NamedTensors& master, Precision p) {
-  const auto cdt = compute_dtype(p);
+std::vector<at::Tensor> make_compute_copies(const TrainConfig& cfg, const NamedTensors& master) {
+  const auto cdt = compute_dtype(cfg.precision);
   std::vector<at::Tensor> out;
   out.reserve(master.size());
-  for (const auto& m : master.tensors())
-    out.push_back(m.scalar_type() == cdt ? m.detach().requires_grad_(true)
-                                         : m.detach().to(cdt).requires_grad_(true));
+  for (size_t i = 0; i < master.size(); ++i) {
+    const auto& m = master[i];
+    const bool trainable = !(cfg.freeze_embedding && master.names()[i] == kEmbeddingFqn);
+    out.push_back(m.scalar_type() == cdt ? m.detach().requires_grad_(trainable)
+                                         : m.detach().to(cdt).requires_grad_(trainable));
+  }
   return out;
 }
 
@@ -75,7 +78,10 @@ void finish_step(const TrainConfig& cfg, int64_t step, AdamW& optimizer, NamedTe
 
   auto norm = total_grad_norm(grads, cfg.clip_order, cfg.param_rank);
   clip_grads(grads, norm, cfg.max_norm);
-  optimizer.step(master.tensors(), grads, step);
+  std::vector<bool> frozen(master.size(), false);
+  if (cfg.freeze_embedding && master.contains(kEmbeddingFqn))
+    frozen[master.index_of(kEmbeddingFqn)] = true;
+  optimizer.step(master.tensors(), grads, step, frozen);
 
   StepRecord rec;
   rec.step = step;

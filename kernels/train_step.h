@@ -37,8 +37,13 @@ struct TrainConfig {
   double max_norm = 1.0;
   std::vector<int> param_rank;  // per-rank clip order: the rank that owns each parameter
   bool reverse_microbatches = false;
+  // The embedding gets no gradient and no update (as under LoRA): block 0 then has nothing
+  // trainable upstream, and its gradient deposits are discarded.
+  bool freeze_embedding = false;
   AdamWConfig adamw;
 };
+
+constexpr const char* kEmbeddingFqn = "tok_embeddings.weight";
 
 // The accumulation mode actually used: "bf16" (in the compute dtype over the micro-batches,
 // converted once after the last) or "fp32" (into a master-dtype buffer after every backward).
@@ -46,7 +51,8 @@ std::string effective_grad_accum(const TrainConfig& c);
 
 // Compute copies of the master parameters, made once per step: the masters themselves
 // (detached) in fp32/fp64 modes, a bf16 copy in bf16 mode; all require grad.
-std::vector<at::Tensor> make_compute_copies(const NamedTensors& master, Precision p);
+// With freeze_embedding the embedding's copy does not require grad.
+std::vector<at::Tensor> make_compute_copies(const TrainConfig& cfg, const NamedTensors& master);
 
 // Gradient accumulation over micro-batches in either mode. `take(i)` is called whenever a
 // backward that touched parameter i is complete (fp32 mode adds it into the master-dtype

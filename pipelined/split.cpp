@@ -20,8 +20,9 @@ std::string trim(const std::string& s) {
 }
 
 bool parse_int(const std::string& s, int& out) {
-  if (s.empty() || !std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(c); }))
-    return false;
+  if (s.empty() || s.size() > 6 ||
+      !std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(c); }))
+    return false;  // more than 6 digits is no layer index of any model we build
   out = std::stoi(s);
   return true;
 }
@@ -161,12 +162,19 @@ Split parse_split(const std::string& spec, int n_layers, int num_stages) {
       } else if (item == "head") {
         stages[s].push_back(n_layers);
       } else if (dash == std::string::npos && parse_int(item, a)) {
+        if (a >= n_layers)
+          throw SplitError(stage_label(static_cast<int>(s), text) + ": layer " + item +
+                           " does not exist (layers 0-" + std::to_string(n_layers - 1) +
+                           "; write 'head' for the head)");
         stages[s].push_back(a);
       } else if (dash != std::string::npos && parse_int(item.substr(0, dash), a) &&
                  parse_int(item.substr(dash + 1), b)) {
         if (b < a)
           throw SplitError(stage_label(static_cast<int>(s), text) + ": range " + item +
                            " is descending; write A-B with A <= B");
+        if (b >= n_layers)
+          throw SplitError(stage_label(static_cast<int>(s), text) + ": range " + item +
+                           " runs past the last layer " + std::to_string(n_layers - 1));
         for (int u = a; u <= b; ++u) stages[s].push_back(u);
       } else {
         throw SplitError(stage_label(static_cast<int>(s), text) + ": cannot read '" + item +

@@ -154,7 +154,7 @@ void PipelinedTrainer::execute(StepContext& ctx, const std::vector<std::vector<A
 
 void PipelinedTrainer::step(int64_t s, kernels::StepObserver& observer) {
   const auto t0 = std::chrono::steady_clock::now();
-  auto compute = kernels::make_compute_copies(master_, cfg_.precision);
+  auto compute = kernels::make_compute_copies(cfg_, master_);
   const kernels::NamedTensors weights(master_.names(), compute);
   auto b = batch(s);
 
@@ -180,7 +180,7 @@ void PipelinedTrainer::step(int64_t s, kernels::StepObserver& observer) {
 
 std::vector<at::Tensor> PipelinedTrainer::forward_only(int64_t step) {
   at::NoGradGuard no_grad;
-  auto compute = kernels::make_compute_copies(master_, cfg_.precision);
+  auto compute = kernels::make_compute_copies(cfg_, master_);
   const kernels::NamedTensors weights(master_.names(), compute);
   auto b = batch(step);
   StepContext ctx;

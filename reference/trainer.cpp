@@ -69,7 +69,7 @@ void ReferenceTrainer::step(int64_t s, kernels::StepObserver& observer) {
   std::vector<size_t> all(P);
   for (size_t i = 0; i < P; ++i) all[i] = i;
 
-  auto compute = kernels::make_compute_copies(master_, cfg_.precision);
+  auto compute = kernels::make_compute_copies(cfg_, master_);
   const NamedTensors weights(master_.names(), compute);
 
   const int64_t T = data_.seq_len();

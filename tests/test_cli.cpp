@@ -186,4 +186,52 @@ TEST_F(Cli, TwoRunsGiveIdenticalHexOnEveryStep) {
   EXPECT_EQ(count_lines(slurp(a)), 3u);
 }
 
+TEST_F(Cli, LayoutJsonCarriesTheVolumeAndStages) {
+  auto r = run("layout --layers 93 --block 12 --pp 4 --vp 2 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  // DESIGN.md section 9, pp4 x vp2: option1 18, naive 28, cached 18, cached peak 3, naive peak 7.
+  EXPECT_EQ(j["volume"]["option1"], 18);
+  EXPECT_EQ(j["volume"]["naive"], 28);
+  EXPECT_EQ(j["volume"]["cached"], 18);
+  EXPECT_EQ(j["volume"]["cached_peak"], 3);
+  EXPECT_EQ(j["volume"]["naive_peak"], 7);
+  ASSERT_EQ(j["stages"].size(), 8u);
+  for (const char* f : {"stage", "rank", "units", "commits", "held_at_entry", "sends_cached",
+                        "sends_naive"})
+    EXPECT_TRUE(j["stages"][0].contains(f)) << f;
+  EXPECT_EQ(j["stages"][5]["rank"], 1);
+}
+
+TEST_F(Cli, ScheduleJsonIsTheGridWithNullIdles) {
+  auto r = run("schedule --pp 2 --vp 2 --microbatches 4 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["ranks"].size(), 2u);
+  // DESIGN.md section 5: rank 1's order starts 1F0 1F1 3F0 3B0, after one idle slot.
+  std::vector<std::string> rank1;
+  for (const auto& a : j["ranks"][1])
+    if (!a.is_null()) rank1.push_back(a.get<std::string>());
+  ASSERT_GE(rank1.size(), 4u);
+  EXPECT_EQ(rank1[0] + " " + rank1[1] + " " + rank1[2] + " " + rank1[3], "1F0 1F1 3F0 3B0");
+  EXPECT_TRUE(j["ranks"][1][0].is_null());
+}
+
+TEST_F(Cli, PipelinedNaiveTrainingPrintsTheReferenceBits) {
+  const auto a = dir_ / "ref.jsonl", b = dir_ / "pipe.jsonl";
+  ASSERT_EQ(run(std::string(kTinyRun) + " --metrics " + a.string()).code, 0);
+  auto r = run(std::string(kTinyRun) + " --trainer pipelined --pp 2 --vp 2 --cache off --metrics " +
+               b.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(slurp(a), slurp(b));
+}
+
+TEST_F(Cli, BadPipelineShapesAreOneLineErrors) {
+  expect_one_line_error(run(std::string(kTinyRun) + " --trainer pipelined --pp 2 --vp 2 --split '0|1'"),
+                        "pp x vp is 4");
+  expect_one_line_error(run("schedule --pp 2 --vp 2 --schedule 1f1b"), "vp");
+  expect_one_line_error(run(std::string(kTinyRun) + " --trainer pipelined --pp 2 --cache maybe"),
+                        "--cache");
+}
+
 }  // namespace

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <random>
 #include <set>
 #include <string>
@@ -12,6 +13,7 @@
 #include "datasets/rows.h"
 #include "kernels/config.h"
 #include "kernels/params.h"
+#include "pipelined/executor.h"
 #include "pipelined/trainer.h"
 #include "reference/trainer.h"
 
@@ -75,15 +77,20 @@ const datasets::TokenRows& rows() {
   return r;
 }
 
-Run reference_run(Precision p, int steps) {
-  reference::ReferenceTrainer t(tiny_config(p, steps), tiny_params(), rows());
+Run reference_run(Precision p, int steps, bool freeze_embedding = false) {
+  auto cfg = tiny_config(p, steps);
+  cfg.freeze_embedding = freeze_embedding;
+  reference::ReferenceTrainer t(cfg, tiny_params(), rows());
   Capture c;
   t.run(c);
   return c.run;
 }
 
-Run pipelined_run(Precision p, int steps, const pipelined::PipelineConfig& pc) {
-  pipelined::PipelinedTrainer t(tiny_config(p, steps), pc, tiny_params(), rows());
+Run pipelined_run(Precision p, int steps, const pipelined::PipelineConfig& pc,
+                  bool freeze_embedding = false) {
+  auto cfg = tiny_config(p, steps);
+  cfg.freeze_embedding = freeze_embedding;
+  pipelined::PipelinedTrainer t(cfg, pc, tiny_params(), rows());
   Capture c;
   t.run(c);
   return c.run;
@@ -294,6 +301,47 @@ TEST(StageProtocol, ExplicitUnevenSplitEqualsReference) {
                  "uneven naive");
   auto cached = pipelined_run(Precision::FP32, 1, pipeline(shape, true));
   EXPECT_TRUE(torch::equal(ref.loss[0], cached.loss[0]));
+}
+
+TEST(StageProtocol, FrozenEmbeddingGetsNoGradientAndItsDepositsAreDiscarded) {
+  // Stage 0 holds only the embedding, so block 0 has nothing trainable upstream; its
+  // gradient deposits on rank 0 are collected and dropped.
+  const Shape shape{2, 2, "emb|0-5|6-11|12-16,head"};
+  auto ref = reference_run(Precision::FP32, 2, /*freeze_embedding=*/true);
+  auto naive = pipelined_run(Precision::FP32, 2, pipeline(shape, false), true);
+  expect_bitwise(ref, naive, true, "frozen embedding, naive");
+  auto cached = pipelined_run(Precision::FP32, 2, pipeline(shape, true), true);
+  const auto init = tiny_params();
+  EXPECT_TRUE(torch::equal(cached.params[1][0], init[0]));  // the embedding never moved
+  EXPECT_EQ(cached.grads[0][0].abs().sum().item<double>(), 0.0);
+}
+
+// A broken order reaches the executor as a deadlock with the grid and `<-- stuck`.
+TEST(Executor, BrokenOrderIsADeadlockReportedOnTheGrid) {
+  const auto s = pipelined::make_schedule(ScheduleKind::Interleaved1F1B, 2, 2, 4);
+  auto orders = pipelined::training_orders(s);
+  // Rank 1 waits for 2F0 at its first action, rank 0 for 3B0 at its first: a cycle.
+  orders[1].insert(orders[1].begin(), pipelined::Action{3, 0, false});
+  orders[1].erase(std::find(orders[1].begin() + 1, orders[1].end(), pipelined::Action{3, 0, false}));
+  orders[0].insert(orders[0].begin(), pipelined::Action{2, 0, false});
+  orders[0].erase(std::find(orders[0].begin() + 1, orders[0].end(), pipelined::Action{2, 0, false}));
+  std::set<std::tuple<int, int, bool>> done;
+  pipelined::ExecutorHooks hooks;
+  hooks.ready = [&](const pipelined::Action& a) {
+    if (a.forward) return a.stage == 0 || done.count({a.stage - 1, a.microbatch, true}) > 0;
+    return done.count({a.stage, a.microbatch, true}) > 0 &&
+           (a.stage == 3 || done.count({a.stage + 1, a.microbatch, false}) > 0);
+  };
+  hooks.run = [&](const pipelined::Action& a) { done.insert({a.stage, a.microbatch, a.forward}); };
+  try {
+    pipelined::run_in_process(s, orders, hooks);
+    FAIL() << "no deadlock reported";
+  } catch (const pipelined::DeadlockError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("<-- stuck"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("rank 0 waits at 2B0"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("rank 1 waits at 3B0"), std::string::npos) << msg;
+  }
 }
 
 }  // namespace

@@ -1,0 +1,116 @@
+// parity layout: the routing tables of a pipeline shape (per stage, forward and backward,
+// cache off and on) and the volume summary. parity schedule: a schedule's step x rank grid.
+#include <nlohmann/json.hpp>
+
+#include <iostream>
+
+#include "cli/commands.h"
+#include "pipelined/routing.h"
+#include "pipelined/schedule.h"
+#include "pipelined/split.h"
+
+namespace parity::cli {
+
+namespace {
+
+struct LayoutOptions {
+  int layers = 17, block = 4, pp = 1, vp = 1;
+  std::string split;
+  bool json = false;
+};
+
+nlohmann::json blocks_json(const pipelined::Blocks& b) { return nlohmann::json(b); }
+
+int run_layout(const LayoutOptions& o) {
+  const auto split = o.split.empty() ? pipelined::default_split(o.layers, o.pp * o.vp)
+                                     : pipelined::parse_split(o.split, o.layers, o.pp * o.vp);
+  const auto t = pipelined::make_routing_tables(o.layers, o.block, split, o.pp);
+  if (!o.json) {
+    std::cout << pipelined::format_tables(t);
+    return 0;
+  }
+  nlohmann::json stages = nlohmann::json::array();
+  for (const auto& r : t.stages) {
+    nlohmann::json collects = nlohmann::json::array();
+    for (const auto& d : r.collects) collects.push_back({{"block", d.block}, {"from", d.from_stage}});
+    stages.push_back({{"stage", r.stage},
+                      {"rank", r.rank},
+                      {"units", pipelined::Split::units_text(split.units(r.stage), o.layers)},
+                      {"commits", blocks_json(r.commits)},
+                      {"held_at_entry", blocks_json(r.held_at_entry)},
+                      {"sends_cached", blocks_json(r.send_cached)},
+                      {"sends_naive", blocks_json(r.send_naive)},
+                      {"deposits", blocks_json(r.deposits)},
+                      {"collects", collects}});
+  }
+  nlohmann::json j = {{"layers", o.layers},
+                      {"block", o.block},
+                      {"pp", o.pp},
+                      {"vp", o.vp},
+                      {"split", split.spec()},
+                      {"stages", stages},
+                      {"volume",
+                       {{"option1", t.volume.option1},
+                        {"naive", t.volume.naive},
+                        {"cached", t.volume.cached},
+                        {"naive_peak", t.volume.naive_peak},
+                        {"cached_peak", t.volume.cached_peak}}}};
+  std::cout << j.dump(2) << "\n";
+  return 0;
+}
+
+struct ScheduleOptions {
+  int pp = 2, vp = 1, microbatches = 4;
+  std::string kind;
+  bool json = false;
+};
+
+int run_schedule(const ScheduleOptions& o) {
+  const auto kind = pipelined::parse_schedule_kind(
+      o.kind.empty() ? (o.vp == 1 ? "1f1b" : "interleaved1f1b") : o.kind);
+  const auto s = pipelined::make_schedule(kind, o.pp, o.vp, o.microbatches);
+  const int rounds = pipelined::dry_run(s);
+  if (o.json) {
+    std::cout << pipelined::to_json(s) << "\n";
+    return 0;
+  }
+  std::cout << pipelined::to_string(kind) << ", pp " << o.pp << " x vp " << o.vp << ", "
+            << o.microbatches << " micro-batches (stage s on rank s % pp); dry run: no "
+            << "deadlock, " << rounds << " rounds\n"
+            << pipelined::format_grid(s);
+  return 0;
+}
+
+}  // namespace
+
+Command add_layout_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("layout", "print the routing tables and volume of a pipeline");
+  auto o = std::make_shared<LayoutOptions>();
+  cmd->add_option("--layers", o->layers, "transformer layers")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--block", o->block, "layers per block")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--pp", o->pp, "pipeline ranks")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--vp", o->vp, "stages per rank")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--split", o->split, "explicit split, e.g. 'emb,0|1-2|...|head'");
+  cmd->add_flag("--json", o->json, "machine-readable output");
+  return {cmd, [o] { return run_layout(*o); }};
+}
+
+Command add_schedule_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("schedule", "print a pipeline schedule's step x rank grid");
+  auto o = std::make_shared<ScheduleOptions>();
+  cmd->add_option("--pp", o->pp, "pipeline ranks")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--vp", o->vp, "stages per rank")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--microbatches", o->microbatches, "micro-batches per step")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--schedule", o->kind, "1f1b or interleaved1f1b");
+  cmd->add_flag("--json", o->json, "machine-readable output");
+  return {cmd, [o] { return run_schedule(*o); }};
+}
+
+}  // namespace parity::cli

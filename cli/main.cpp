@@ -18,6 +18,20 @@
 #include "pipelined/schedule.h"
 #include "pipelined/split.h"
 
+namespace {
+
+// Errors that mean the input was bad (exit 2); anything else is a failed run (exit 1).
+bool is_bad_input(const std::exception& e) {
+  using namespace parity;
+  return dynamic_cast<const cli::UsageError*>(&e) || dynamic_cast<const kernels::ConfigError*>(&e) ||
+         dynamic_cast<const datasets::DataError*>(&e) ||
+         dynamic_cast<const compare::CheckpointError*>(&e) || dynamic_cast<const h5::Error*>(&e) ||
+         dynamic_cast<const pipelined::SplitError*>(&e) ||
+         dynamic_cast<const pipelined::ScheduleError*>(&e);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace parity;
   CLI::App app{"parity: is this difference only reduction order, or is it a bug?"};
@@ -41,33 +55,10 @@ int main(int argc, char** argv) {
   }
   try {
     for (auto* sub : app.get_subcommands()) return actions.at(sub)();
-  } catch (const cli::UsageError& e) {
-    std::cerr << "parity: " << e.what() << "\n";
-    return 2;
-  } catch (const kernels::ConfigError& e) {
-    std::cerr << "parity: " << e.what() << "\n";
-    return 2;
-  } catch (const datasets::DataError& e) {
-    std::cerr << "parity: " << e.what() << "\n";
-    return 2;
-  } catch (const compare::CheckpointError& e) {
-    std::cerr << "parity: " << e.what() << "\n";
-    return 2;
-  } catch (const pipelined::SplitError& e) {
-    std::cerr << "parity: " << e.what() << "\n";
-    return 2;
-  } catch (const pipelined::ScheduleError& e) {
-    std::cerr << "parity: " << e.what() << "\n";
-    return 2;
-  } catch (const pipelined::DeadlockError& e) {
-    std::cerr << "parity: " << e.what() << "\n";
-    return 1;
-  } catch (const h5::Error& e) {
-    std::cerr << "parity: " << e.what() << "\n";
-    return 2;
   } catch (const std::exception& e) {
-    std::cerr << "parity: error: " << e.what() << "\n";
-    return 1;
+    const bool bad_input = is_bad_input(e);
+    std::cerr << "parity: " << (bad_input ? "" : "error: ") << e.what() << "\n";
+    return bad_input ? 2 : 1;
   }
   return 0;
 }

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "kernels/config.h"
+#include "kernels/threads.h"
 
 namespace parity::kernels {
 
@@ -16,6 +17,50 @@ GradAccum parse_grad_accum(const std::string& s) {
 std::string effective_grad_accum(const TrainConfig& c) {
   if (c.precision != Precision::BF16) return "fp32";  // the two modes coincide
   return c.grad_accum == GradAccum::FP32 ? "fp32" : "bf16";
+}
+
+RunInfo make_run_info(const TrainConfig& cfg, const std::string& trainer, int64_t seq_len,
+                      const std::vector<std::string>& fqns) {
+  RunInfo info;
+  info.trainer = trainer;
+  info.flavor = cfg.model.name;
+  info.precision = to_string(cfg.precision);
+  info.grad_accum = effective_grad_accum(cfg);
+  info.clip_order = to_string(cfg.clip_order);
+  info.attn_res_impl = cfg.model_options.attn_res == AttnResImpl::Plain ? "plain" : "recompute";
+  info.kda_impl = cfg.model_options.kda == KdaImpl::Chunked ? "chunked" : "recurrent";
+  info.device = cfg.device;
+  info.seed = cfg.seed;
+  info.threads = cfg.threads;
+  info.steps = cfg.steps;
+  info.microbatches = cfg.microbatches;
+  info.rows = cfg.rows;
+  info.seq_len = seq_len;
+  info.dp = cfg.dp;
+  info.reverse_microbatches = cfg.reverse_microbatches;
+  info.fqns = fqns;
+  return info;
+}
+
+NamedTensors make_masters(const TrainConfig& cfg, const NamedTensors& init) {
+  const auto device = at::Device(cfg.device);
+  const auto mdt = master_dtype(cfg.precision);
+  std::vector<at::Tensor> masters;
+  for (const auto& t : init.tensors()) masters.push_back(t.to(device, mdt).clone());
+  return NamedTensors(init.names(), masters);
+}
+
+NamedTensors make_buffers(const TrainConfig& cfg) {
+  auto bufs = init_buffers(cfg.model);
+  std::vector<at::Tensor> out;
+  for (const auto& t : bufs.tensors())
+    out.push_back(t.to(at::Device(cfg.device), compute_dtype(cfg.precision)));
+  return NamedTensors(bufs.names(), out);
+}
+
+void prepare_run(const TrainConfig& cfg) {
+  pin_threads(cfg.threads);
+  if (at::Device(cfg.device).is_cuda()) use_deterministic_cuda();
 }
 
 std::vector<at::Tensor> make_compute_copies(const TrainConfig& cfg, const NamedTensors& master) {

@@ -49,6 +49,18 @@ constexpr const char* kEmbeddingFqn = "tok_embeddings.weight";
 // converted once after the last) or "fp32" (into a master-dtype buffer after every backward).
 std::string effective_grad_accum(const TrainConfig& c);
 
+// The run's description for observers; the trainer fills in its name.
+RunInfo make_run_info(const TrainConfig& cfg, const std::string& trainer, int64_t seq_len,
+                      const std::vector<std::string>& fqns);
+
+// Master parameters on the run's device in the master dtype (copies of `init`), and the
+// buffers in the compute dtype.
+NamedTensors make_masters(const TrainConfig& cfg, const NamedTensors& init);
+NamedTensors make_buffers(const TrainConfig& cfg);
+
+// Pins threads and, on CUDA, turns deterministic algorithms on: the start of every run.
+void prepare_run(const TrainConfig& cfg);
+
 // Compute copies of the master parameters, made once per step: the masters themselves
 // (detached) in fp32/fp64 modes, a bf16 copy in bf16 mode; all require grad.
 // With freeze_embedding the embedding's copy does not require grad.

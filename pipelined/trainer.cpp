@@ -4,7 +4,6 @@
 
 #include <chrono>
 
-#include "kernels/threads.h"
 #include "pipelined/executor.h"
 
 namespace parity::pipelined {
@@ -28,7 +27,9 @@ PipelinedTrainer::PipelinedTrainer(kernels::TrainConfig cfg, PipelineConfig pc,
       tables_(make_routing_tables(cfg_.model.n_layers, cfg_.model.layers_per_block, split_,
                                   pc_.pp)),
       schedule_(make_schedule(pc_.schedule, pc_.pp, pc_.vp, cfg_.microbatches)),
-      optimizer_(cfg_.adamw, {}) {
+      master_(kernels::make_masters(cfg_, init)),
+      buffers_(kernels::make_buffers(cfg_)),
+      optimizer_(cfg_.adamw, master_.tensors()) {
   if (cfg_.dp != 1)
     throw std::invalid_argument("the pipelined trainer runs dp 1 for now; use --dp 1");
   dry_run(schedule_);
@@ -37,18 +38,6 @@ PipelinedTrainer::PipelinedTrainer(kernels::TrainConfig cfg, PipelineConfig pc,
     for (int s = 0; s < schedule_.num_stages(); ++s) map.push_back(schedule_.stage_to_rank(s));
     check_loop_map(map, pc_.pp, to_string(pc_.schedule));
   }
-  const auto device = torch::Device(cfg_.device);
-  const auto mdt = kernels::master_dtype(cfg_.precision);
-  std::vector<at::Tensor> masters;
-  for (const auto& t : init.tensors()) masters.push_back(t.to(device, mdt).clone());
-  master_ = kernels::NamedTensors(init.names(), masters);
-  auto bufs = kernels::init_buffers(cfg_.model);
-  std::vector<at::Tensor> btensors;
-  for (const auto& t : bufs.tensors())
-    btensors.push_back(t.to(device, kernels::compute_dtype(cfg_.precision)));
-  buffers_ = kernels::NamedTensors(bufs.names(), btensors);
-  optimizer_ = kernels::AdamW(cfg_.adamw, master_.tensors());
-
   const auto specs = kernels::param_specs(cfg_.model);
   stage_params_.assign(split_.num_stages(), {});
   for (size_t i = 0; i < specs.size(); ++i)
@@ -64,31 +53,11 @@ std::vector<int> PipelinedTrainer::param_ranks() const {
 }
 
 kernels::RunInfo PipelinedTrainer::run_info() const {
-  kernels::RunInfo info;
-  info.trainer = "pipelined";
-  info.flavor = cfg_.model.name;
-  info.precision = kernels::to_string(cfg_.precision);
-  info.grad_accum = kernels::effective_grad_accum(cfg_);
-  info.clip_order = kernels::to_string(cfg_.clip_order);
-  info.attn_res_impl =
-      cfg_.model_options.attn_res == kernels::AttnResImpl::Plain ? "plain" : "recompute";
-  info.kda_impl = cfg_.model_options.kda == kernels::KdaImpl::Chunked ? "chunked" : "recurrent";
-  info.device = cfg_.device;
-  info.seed = cfg_.seed;
-  info.threads = cfg_.threads;
-  info.steps = cfg_.steps;
-  info.microbatches = cfg_.microbatches;
-  info.rows = cfg_.rows;
-  info.seq_len = data_.seq_len();
-  info.dp = cfg_.dp;
-  info.reverse_microbatches = cfg_.reverse_microbatches;
-  info.fqns = master_.names();
-  return info;
+  return kernels::make_run_info(cfg_, "pipelined", data_.seq_len(), master_.names());
 }
 
 void PipelinedTrainer::run(kernels::StepObserver& observer) {
-  kernels::pin_threads(cfg_.threads);
-  if (torch::Device(cfg_.device).is_cuda()) kernels::use_deterministic_cuda();
+  kernels::prepare_run(cfg_);
   observer.on_start(run_info());
   for (int64_t s = 1; s <= cfg_.steps; ++s) step(s, observer);
   observer.on_end();
@@ -152,12 +121,8 @@ void PipelinedTrainer::execute(StepContext& ctx, const std::vector<std::vector<A
   }
 }
 
-void PipelinedTrainer::step(int64_t s, kernels::StepObserver& observer) {
-  const auto t0 = std::chrono::steady_clock::now();
-  auto compute = kernels::make_compute_copies(cfg_, master_);
-  const kernels::NamedTensors weights(master_.names(), compute);
-  auto b = batch(s);
-
+StepContext PipelinedTrainer::context(const kernels::NamedTensors& weights, const Batch& b,
+                                      bool training) const {
   StepContext ctx;
   ctx.model = &model_;
   ctx.weights = &weights;
@@ -167,9 +132,17 @@ void PipelinedTrainer::step(int64_t s, kernels::StepObserver& observer) {
   ctx.tokens = b.tokens;
   ctx.labels = b.labels;
   ctx.n_global = static_cast<double>(b.n_global);
-  ctx.training = true;
-  ctx.faults = pc_.faults;
+  ctx.training = training;
+  if (training) ctx.faults = pc_.faults;
+  return ctx;
+}
 
+void PipelinedTrainer::step(int64_t s, kernels::StepObserver& observer) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto compute = kernels::make_compute_copies(cfg_, master_);
+  const kernels::NamedTensors weights(master_.names(), compute);
+  auto b = batch(s);
+  auto ctx = context(weights, b, /*training=*/true);
   kernels::GradAccumulator acc(cfg_, master_, compute);
   std::vector<at::Tensor> losses;
   execute(ctx, training_orders(schedule_), &acc, losses);
@@ -183,16 +156,7 @@ std::vector<at::Tensor> PipelinedTrainer::forward_only(int64_t step) {
   auto compute = kernels::make_compute_copies(cfg_, master_);
   const kernels::NamedTensors weights(master_.names(), compute);
   auto b = batch(step);
-  StepContext ctx;
-  ctx.model = &model_;
-  ctx.weights = &weights;
-  ctx.buffers = &buffers_;
-  ctx.tables = &tables_;
-  ctx.cache = pc_.cache;
-  ctx.tokens = b.tokens;
-  ctx.labels = b.labels;
-  ctx.n_global = static_cast<double>(b.n_global);
-  ctx.training = false;
+  auto ctx = context(weights, b, /*training=*/false);
   std::vector<at::Tensor> losses;
   execute(ctx, forward_only_orders(schedule_), nullptr, losses);
   return losses;

@@ -64,6 +64,7 @@ class PipelinedTrainer {
     int64_t n_global = 0;
   };
   Batch batch(int64_t step) const;
+  StepContext context(const kernels::NamedTensors& weights, const Batch& b, bool training) const;
   // Runs the schedule's orders over fresh stages; fills losses (per micro-batch).
   void execute(StepContext& ctx, const std::vector<std::vector<Action>>& orders,
                kernels::GradAccumulator* acc, std::vector<at::Tensor>& losses);

@@ -5,7 +5,6 @@
 #include <chrono>
 
 #include "kernels/config.h"
-#include "kernels/threads.h"
 
 namespace parity::reference {
 
@@ -17,46 +16,16 @@ ReferenceTrainer::ReferenceTrainer(TrainConfig cfg, const NamedTensors& init,
     : cfg_(std::move(cfg)),
       model_(cfg_.model, cfg_.model_options),
       data_(data),
-      optimizer_(cfg_.adamw, {}) {
-  const auto device = torch::Device(cfg_.device);
-  const auto mdt = kernels::master_dtype(cfg_.precision);
-  std::vector<at::Tensor> masters;
-  for (const auto& t : init.tensors()) masters.push_back(t.to(device, mdt).clone());
-  master_ = NamedTensors(init.names(), masters);
-  auto bufs = kernels::init_buffers(cfg_.model);
-  std::vector<at::Tensor> btensors;
-  for (const auto& t : bufs.tensors())
-    btensors.push_back(t.to(device, kernels::compute_dtype(cfg_.precision)));
-  buffers_ = NamedTensors(bufs.names(), btensors);
-  optimizer_ = kernels::AdamW(cfg_.adamw, master_.tensors());
-}
+      master_(kernels::make_masters(cfg_, init)),
+      buffers_(kernels::make_buffers(cfg_)),
+      optimizer_(cfg_.adamw, master_.tensors()) {}
 
 kernels::RunInfo ReferenceTrainer::run_info() const {
-  kernels::RunInfo info;
-  info.trainer = "reference";
-  info.flavor = cfg_.model.name;
-  info.precision = kernels::to_string(cfg_.precision);
-  info.grad_accum = effective_grad_accum(cfg_);
-  info.clip_order = kernels::to_string(cfg_.clip_order);
-  info.attn_res_impl =
-      cfg_.model_options.attn_res == kernels::AttnResImpl::Plain ? "plain" : "recompute";
-  info.kda_impl = cfg_.model_options.kda == kernels::KdaImpl::Chunked ? "chunked" : "recurrent";
-  info.device = cfg_.device;
-  info.seed = cfg_.seed;
-  info.threads = cfg_.threads;
-  info.steps = cfg_.steps;
-  info.microbatches = cfg_.microbatches;
-  info.rows = cfg_.rows;
-  info.seq_len = data_.seq_len();
-  info.dp = cfg_.dp;
-  info.reverse_microbatches = cfg_.reverse_microbatches;
-  info.fqns = master_.names();
-  return info;
+  return kernels::make_run_info(cfg_, "reference", data_.seq_len(), master_.names());
 }
 
 void ReferenceTrainer::run(kernels::StepObserver& observer) {
-  kernels::pin_threads(cfg_.threads);
-  if (torch::Device(cfg_.device).is_cuda()) kernels::use_deterministic_cuda();
+  kernels::prepare_run(cfg_);
   observer.on_start(run_info());
   for (int64_t s = 1; s <= cfg_.steps; ++s) step(s, observer);
   observer.on_end();

@@ -13,9 +13,13 @@
 #include "kernels/ops.h"
 #include "kernels/threads.h"
 #include "reference/trainer.h"
+#include "tests/synthetic.h"
 
 namespace parity {
 namespace {
+
+using testing::synthetic_rows;
+using testing::tiny_params;
 
 class CudaTest : public ::testing::Test {
  protected:
@@ -127,14 +131,6 @@ TEST_F(CudaTest, KdaChunkedMatchesRecurrenceInFp64) {
   auto a = kernels::kda_chunked(q, k, v, g, beta, 16);
   auto b = kernels::kda_recurrent(q, k, v, g, beta);
   EXPECT_LE(((a - b).abs().max() / b.abs().max()).item<double>(), 1e-10);
-}
-
-datasets::TokenRows synthetic_rows(int64_t seq_len, int64_t rows) {
-  std::mt19937 rng(7);
-  std::uniform_int_distribution<int32_t> id(0, 2047);
-  std::vector<int32_t> stream(static_cast<size_t>(rows * (seq_len + 1)));
-  for (auto& t : stream) t = id(rng);
-  return datasets::TokenRows(std::move(stream), seq_len, rows);
 }
 
 struct Capture : kernels::StepObserver {

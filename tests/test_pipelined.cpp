@@ -16,29 +16,16 @@
 #include "pipelined/executor.h"
 #include "pipelined/trainer.h"
 #include "reference/trainer.h"
+#include "tests/synthetic.h"
 
 namespace parity {
 namespace {
 
+using testing::synthetic_rows;
+using testing::tiny_params;
+
 using kernels::Precision;
 using pipelined::ScheduleKind;
-
-datasets::TokenRows synthetic_rows(int64_t seq_len, int64_t rows, uint32_t seed = 7) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> id(0, 2047);
-  std::vector<int32_t> stream(static_cast<size_t>(rows * (seq_len + 1)));
-  for (auto& t : stream) t = id(rng);
-  return datasets::TokenRows(std::move(stream), seq_len, rows);
-}
-
-// Non-zero pseudo-queries: a uniform AttnRes mix would hide a wrong entry order.
-kernels::NamedTensors tiny_params(uint64_t seed = 3) {
-  auto p = kernels::init_params(kernels::flavor("tiny"), seed);
-  auto gen = at::detail::createCPUGenerator(seed + 100);
-  for (size_t i = 0; i < p.size(); ++i)
-    if (p.names()[i].find("res_proj") != std::string::npos) p[i].normal_(0.0, 0.5, gen);
-  return p;
-}
 
 kernels::TrainConfig tiny_config(Precision p, int steps) {
   kernels::TrainConfig cfg;

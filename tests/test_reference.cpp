@@ -13,20 +13,15 @@
 #include "kernels/config.h"
 #include "kernels/params.h"
 #include "reference/trainer.h"
+#include "tests/synthetic.h"
 
 namespace parity {
 namespace {
 
-using kernels::Precision;
+using testing::synthetic_rows;
+using testing::tiny_params;
 
-// A synthetic corpus: uniform random ids, enough rows for a few steps.
-datasets::TokenRows synthetic_rows(int64_t seq_len, int64_t rows, uint32_t seed = 7) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> id(0, 2047);
-  std::vector<int32_t> stream(static_cast<size_t>(rows * (seq_len + 1)));
-  for (auto& t : stream) t = id(rng);
-  return datasets::TokenRows(std::move(stream), seq_len, rows);
-}
+using kernels::Precision;
 
 struct Captured {
   std::vector<double> loss, grad_norm;
@@ -59,17 +54,6 @@ reference::TrainConfig tiny_config(Precision p, int steps, int microbatches, int
   cfg.microbatches = microbatches;
   cfg.rows = rows;
   return cfg;
-}
-
-// Gives the pseudo-queries non-zero values so the AttnRes mixes are not uniform (a uniform
-// mix would hide a wrong entry order).
-kernels::NamedTensors tiny_params(uint64_t seed = 3) {
-  auto cfg = kernels::flavor("tiny");
-  auto p = kernels::init_params(cfg, seed);
-  auto gen = at::detail::createCPUGenerator(seed + 100);
-  for (size_t i = 0; i < p.size(); ++i)
-    if (p.names()[i].find("res_proj") != std::string::npos) p[i].normal_(0.0, 0.5, gen);
-  return p;
 }
 
 Captured run(const reference::TrainConfig& cfg, const kernels::NamedTensors& init,

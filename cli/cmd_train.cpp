@@ -1,10 +1,14 @@
 // parity train --trainer reference ...: a training run with per-step metrics.
 #include <iostream>
 #include <memory>
+#include <set>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/metrics.h"
 #include "cli/setup.h"
+#include "cli/version.h"
+#include "compare/dump.h"
 #include "reference/trainer.h"
 
 namespace parity::cli {
@@ -14,6 +18,8 @@ struct TrainOptions {
   RunOptions run;
   std::string trainer = "reference";
   std::string metrics;
+  std::string dump_dir;
+  std::vector<int64_t> dump_steps{1};
   bool quiet = false;
 };
 
@@ -25,6 +31,12 @@ int run_train(const TrainOptions& o) {
   if (!o.metrics.empty()) {
     jsonl = std::make_unique<JsonlObserver>(o.metrics);
     observers.add(jsonl.get());
+  }
+  std::unique_ptr<compare::DumpWriter> dump;
+  if (!o.dump_dir.empty()) {
+    dump = std::make_unique<compare::DumpWriter>(
+        o.dump_dir, std::set<int64_t>(o.dump_steps.begin(), o.dump_steps.end()), git_sha());
+    observers.add(dump.get());
   }
   run_trainer(o.trainer, o.run, observers);
   return 0;
@@ -38,6 +50,10 @@ Command add_train_command(CLI::App& app) {
   add_run_options(*cmd, o->run);
   cmd->add_option("--metrics", o->metrics, "write per-step metrics as JSONL to this file");
   cmd->add_flag("--quiet", o->quiet, "no per-step console lines");
+  cmd->add_option("--dump", o->dump_dir, "write an HDF5 dump (rank<R>.h5) to this directory");
+  cmd->add_option("--dump-steps", o->dump_steps, "steps whose gradients and parameters are "
+                                                  "dumped, e.g. 1,2,10")
+      ->delimiter(',')->capture_default_str();
   return {cmd, [o] { return run_train(*o); }};
 }
 

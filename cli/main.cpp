@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "cli/version.h"
 #include "compare/checkpoint.h"
+#include "compare/dump.h"
 #include "compare/h5.h"
 #include "datasets/corpus.h"
 #include "kernels/config.h"
@@ -25,7 +26,8 @@ bool is_bad_input(const std::exception& e) {
   using namespace parity;
   return dynamic_cast<const cli::UsageError*>(&e) || dynamic_cast<const kernels::ConfigError*>(&e) ||
          dynamic_cast<const datasets::DataError*>(&e) ||
-         dynamic_cast<const compare::CheckpointError*>(&e) || dynamic_cast<const h5::Error*>(&e) ||
+         dynamic_cast<const compare::CheckpointError*>(&e) ||
+         dynamic_cast<const compare::DumpError*>(&e) || dynamic_cast<const h5::Error*>(&e) ||
          dynamic_cast<const pipelined::SplitError*>(&e) ||
          dynamic_cast<const pipelined::ScheduleError*>(&e);
 }
@@ -39,7 +41,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", cli::version_text());
   std::map<CLI::App*, std::function<int()>> actions;
   for (auto add : {cli::add_model_command, cli::add_init_command, cli::add_train_command,
-                   cli::add_bench_command, cli::add_layout_command, cli::add_schedule_command}) {
+                   cli::add_bench_command, cli::add_layout_command, cli::add_schedule_command,
+                   cli::add_compare_command}) {
     auto cmd = add(app);
     actions[cmd.app] = cmd.run;
   }

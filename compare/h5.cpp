@@ -597,6 +597,17 @@ void File::commit() {
 // ---------------------------------------------------------------------------------------------
 // Datasets
 
+void create_group(File& file, const std::string& path) {
+  enter();
+  const Path p = parse_path(file, path, "create group");
+  const Op op{file.path(), p.abs, "create group " + quote(p.abs) + " in " + quote(file.path())};
+  require_writable(file, op);
+  if (p.comps.empty()) return;  // the root exists
+  Path below = p;
+  below.comps.push_back("_");  // ensure_parents creates every component but the last
+  ensure_parents(file, below, op);
+}
+
 void write(File& file, const std::string& path, DType dtype, const std::vector<int64_t>& shape,
            const void* data) {
   enter();

@@ -151,6 +151,9 @@ struct Array {
 // product(shape) contiguous row-major elements of `dtype` (may be null when that product is 0);
 // shape {} writes a scalar. Throws Error if the object already exists, a dimension is negative,
 // an intermediate component is not a group, or the file is not writable.
+// Creates the group and any missing parents; an existing group is left as it is.
+void create_group(File& file, const std::string& path);
+
 void write(File& file, const std::string& path, DType dtype, const std::vector<int64_t>& shape,
            const void* data);
 

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace parity::kernels {
@@ -26,6 +27,8 @@ struct RunInfo {
   int64_t steps = 0, microbatches = 0, rows = 0, seq_len = 0, dp = 1;
   bool reverse_microbatches = false;
   std::vector<std::string> fqns;  // parameter FQNs in FQN order
+  // Trainer-specific facts (the pipelined trainer: pp, vp, schedule, cache, split, grid).
+  std::vector<std::pair<std::string, std::string>> extra;
 };
 
 struct StepRecord {

@@ -53,7 +53,14 @@ std::vector<int> PipelinedTrainer::param_ranks() const {
 }
 
 kernels::RunInfo PipelinedTrainer::run_info() const {
-  return kernels::make_run_info(cfg_, "pipelined", data_.seq_len(), master_.names());
+  auto info = kernels::make_run_info(cfg_, "pipelined", data_.seq_len(), master_.names());
+  info.extra = {{"pp", std::to_string(pc_.pp)},
+                {"vp", std::to_string(pc_.vp)},
+                {"schedule", to_string(pc_.schedule)},
+                {"cache", pc_.cache ? "on" : "off"},
+                {"split", split_.spec()},
+                {"schedule_grid", format_grid(schedule_)}};
+  return info;
 }
 
 void PipelinedTrainer::run(kernels::StepObserver& observer) {

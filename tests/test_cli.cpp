@@ -234,4 +234,43 @@ TEST_F(Cli, BadPipelineShapesAreOneLineErrors) {
                         "--cache");
 }
 
+TEST_F(Cli, CompareOfTheSameCellAndOfReferenceAgainstNaivePipelinePasses) {
+  const std::string run1 = std::string(kTinyRun) + " --dump-steps 1,2 --dump ";
+  const auto a = dir_ / "a", b = dir_ / "b", p = dir_ / "p";
+  ASSERT_EQ(run(run1 + a.string()).code, 0);
+  ASSERT_EQ(run(run1 + b.string()).code, 0);
+  ASSERT_EQ(run(run1 + p.string() + " --trainer pipelined --pp 4 --vp 4 --cache off").code, 0);
+  auto same = run("compare " + a.string() + " " + b.string());
+  EXPECT_EQ(same.code, 0) << same.out;
+  EXPECT_NE(same.out.find("OK"), std::string::npos);
+  auto pipe = run("compare " + a.string() + " " + p.string() + " --json");
+  EXPECT_EQ(pipe.code, 0) << pipe.out;
+  auto j = nlohmann::json::parse(pipe.out);
+  EXPECT_EQ(j["summary"]["differing"], 0);
+  EXPECT_GT(j["summary"]["tensors"].get<int>(), 800);  // two steps of 428 grads + params
+}
+
+TEST_F(Cli, CompareOfCachedAgainstNaiveListsTheDifferingTensorsWithUlps) {
+  const std::string cell = "train --flavor tiny --dtype bf16 --steps 1 --seq-len 16 --quiet "
+                           "--trainer pipelined --pp 2 --vp 2 --dump-steps 1 --dump ";
+  const auto on = dir_ / "on", off = dir_ / "off";
+  ASSERT_EQ(run(cell + on.string() + " --cache on").code, 0);
+  ASSERT_EQ(run(cell + off.string() + " --cache off").code, 0);
+  auto r = run("compare " + off.string() + " " + on.string());
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("grads/"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("FAILED"), std::string::npos) << r.out;
+  // The forward is identical: no loss row is listed as differing.
+  EXPECT_EQ(r.out.find("mb_losses"), std::string::npos) << r.out;
+}
+
+TEST_F(Cli, CompareRefusesMismatchedDumps) {
+  const auto one = dir_ / "one", two = dir_ / "two";
+  ASSERT_EQ(run(std::string(kTinyRun) + " --dump-steps 1 --dump " + one.string()).code, 0);
+  ASSERT_EQ(run(std::string(kTinyRun) + " --dump-steps 1,2 --dump " + two.string()).code, 0);
+  expect_one_line_error(run("compare " + one.string() + " " + two.string()), "different steps");
+  expect_one_line_error(run("compare " + one.string() + " " + (dir_ / "none").string()),
+                        "does not exist");
+}
+
 }  // namespace

@@ -1,0 +1,187 @@
+// parity compare A B: every tensor of two dumps, side by side (DESIGN.md section 6).
+//
+// Exit codes: 0 every tensor bitwise equal (or within --max-ulp), 1 a difference (or a
+// vacuous agreement: all-zero gradients, a flat loss, both runs dead), 2 bad input.
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <set>
+
+#include "cli/commands.h"
+#include "compare/dump.h"
+#include "compare/tensor_compare.h"
+
+namespace parity::cli {
+
+namespace {
+
+struct CompareOptions {
+  std::string a, b;
+  bool json = false;
+  uint64_t max_ulp = 0;
+  bool all_rows = false;
+};
+
+std::string ulp_text(uint64_t u) {
+  return u == compare::kInfiniteUlp ? "inf" : std::to_string(u);
+}
+
+nlohmann::json row_json(int64_t step, const compare::TensorDiff& d) {
+  return {{"step", step},
+          {"tensor", d.name},
+          {"dtype", d.dtype},
+          {"numel", d.numel},
+          {"bitwise", d.bitwise},
+          {"wrong", d.wrong},
+          {"max_ulp", d.max_ulp == compare::kInfiniteUlp ? nlohmann::json("inf")
+                                                          : nlohmann::json(d.max_ulp)},
+          {"nmse", d.nmse},
+          {"max_abs", {{"diff", d.max_abs}, {"index", d.max_abs_index}, {"a", d.max_abs_a},
+                       {"b", d.max_abs_b}}},
+          {"max_rel", {{"diff", d.max_rel}, {"index", d.max_rel_index}, {"a", d.max_rel_a},
+                       {"b", d.max_rel_b}}},
+          {"first_diff", d.first_diff},
+          {"nan", {d.nan_a, d.nan_b}},
+          {"inf", {d.inf_a, d.inf_b}},
+          {"nan_mismatch", d.nan_mismatch},
+          {"signed_zero_diff", d.signed_zero_diff},
+          {"problem", d.problem}};
+}
+
+int run_compare(const CompareOptions& o) {
+  const auto A = compare::read_dump(o.a);
+  const auto B = compare::read_dump(o.b);
+  if (A.meta.at("flavor") != B.meta.at("flavor"))
+    throw compare::DumpError("the dumps are of different flavors (" + A.meta.at("flavor") +
+                             " and " + B.meta.at("flavor") + "); compare runs of one model");
+  if (A.meta.at("fqns") != B.meta.at("fqns"))
+    throw compare::DumpError("the dumps hold different parameter sets (FQN lists differ); "
+                             "compare runs of one model");
+  std::set<int64_t> steps_a, steps_b;
+  for (const auto& s : A.steps) steps_a.insert(s.first);
+  for (const auto& s : B.steps) steps_b.insert(s.first);
+  if (steps_a != steps_b || steps_a.empty()) {
+    std::string sa, sb;
+    for (auto s : steps_a) sa += " " + std::to_string(s);
+    for (auto s : steps_b) sb += " " + std::to_string(s);
+    throw compare::DumpError("the dumps hold different steps (" + o.a + ":" + (sa.empty() ? " none" : sa) +
+                             "; " + o.b + ":" + (sb.empty() ? " none" : sb) +
+                             "); dump the same --dump-steps in both runs");
+  }
+
+  std::vector<std::pair<int64_t, compare::TensorDiff>> rows;
+  for (int64_t step : steps_a) {
+    const auto& sa = A.steps.at(step);
+    const auto& sb = B.steps.at(step);
+    for (const auto& [k, v] : sa.scalars)
+      if (sb.scalars.count(k)) rows.push_back({step, compare::compare_arrays(k, v, sb.scalars.at(k))});
+    if (sa.grads.size() != sb.grads.size())
+      throw compare::DumpError("step " + std::to_string(step) + ": " + std::to_string(sa.grads.size()) +
+                               " gradients against " + std::to_string(sb.grads.size()) +
+                               "; one dump is missing a rank's file");
+    for (const auto& fqn : sa.fqns) {
+      if (!sb.grads.count(fqn))
+        throw compare::DumpError("step " + std::to_string(step) + ": " + o.b + " lacks grads/" + fqn);
+      rows.push_back({step, compare::compare_arrays("grads/" + fqn, sa.grads.at(fqn), sb.grads.at(fqn))});
+      rows.push_back({step, compare::compare_arrays("params/" + fqn, sa.params.at(fqn), sb.params.at(fqn))});
+    }
+  }
+
+  // Verdict and guards against vacuous agreement.
+  int differing = 0;
+  uint64_t worst = 0;
+  bool failed = false;
+  for (const auto& [step, d] : rows) {
+    if (d.bitwise) continue;
+    ++differing;
+    worst = std::max(worst, d.max_ulp);
+    if (!d.problem.empty() || d.nan_mismatch > 0 || d.max_ulp > o.max_ulp) failed = true;
+  }
+  std::vector<std::string> vacuous;
+  bool all_grads_zero = true;
+  for (const auto& [step, d] : rows)
+    if (d.name.rfind("grads/", 0) == 0 && !d.all_zero) all_grads_zero = false;
+  if (all_grads_zero) vacuous.push_back("every gradient is zero in both runs");
+  auto flat = [](const std::vector<double>& l) {
+    return l.size() > 1 && std::all_of(l.begin(), l.end(), [&](double x) { return x == l[0]; });
+  };
+  if (flat(A.losses) && flat(B.losses)) vacuous.push_back("the loss is flat in both runs");
+  auto dead = [](const std::vector<double>& l) {
+    return !l.empty() && std::all_of(l.begin(), l.end(), [](double x) { return !std::isfinite(x); });
+  };
+  if (dead(A.losses) && dead(B.losses)) vacuous.push_back("both runs are dead (non-finite loss)");
+  if (!vacuous.empty()) failed = true;
+
+  // Every step's loss and norm, from the metrics.
+  int64_t first_loss_diff = -1;
+  for (size_t i = 0; i < std::min(A.losses.size(), B.losses.size()); ++i)
+    if (std::memcmp(&A.losses[i], &B.losses[i], 8) != 0 ||
+        std::memcmp(&A.grad_norms[i], &B.grad_norms[i], 8) != 0) {
+      first_loss_diff = static_cast<int64_t>(i) + 1;
+      break;
+    }
+  if (first_loss_diff > 0 && o.max_ulp == 0) failed = true;
+
+  if (o.json) {
+    nlohmann::json j;
+    j["a"] = o.a;
+    j["b"] = o.b;
+    j["rows"] = nlohmann::json::array();
+    for (const auto& [step, d] : rows) j["rows"].push_back(row_json(step, d));
+    j["summary"] = {{"tensors", rows.size()},
+                    {"differing", differing},
+                    {"max_ulp", worst == compare::kInfiniteUlp ? nlohmann::json("inf")
+                                                                : nlohmann::json(worst)},
+                    {"first_step_loss_or_norm_differs", first_loss_diff},
+                    {"vacuous", vacuous},
+                    {"pass", !failed}};
+    std::cout << j.dump(2) << "\n";
+    return failed ? 1 : 0;
+  }
+  std::printf("# parity compare\n#   a: %s (%s, %s, %s)\n#   b: %s (%s, %s, %s)\n", o.a.c_str(),
+              A.meta.at("trainer").c_str(), A.meta.at("dtype").c_str(), A.meta.at("split").c_str(),
+              o.b.c_str(), B.meta.at("trainer").c_str(), B.meta.at("dtype").c_str(),
+              B.meta.at("split").c_str());
+  std::printf("%5s  %-46s %-8s %9s %7s %9s %7s %10s %12s  %s\n", "step", "tensor", "dtype",
+              "numel", "bitwise", "#wrong", "max_ulp", "nmse", "max_abs", "at index: a vs b");
+  for (const auto& [step, d] : rows) {
+    if (d.bitwise && !o.all_rows) continue;
+    if (!d.problem.empty()) {
+      std::printf("%5lld  %-46s %s\n", static_cast<long long>(step), d.name.c_str(),
+                  d.problem.c_str());
+      continue;
+    }
+    std::printf("%5lld  %-46s %-8s %9lld %7s %9lld %7s %10.3e %12.4e  %lld: %.9g vs %.9g%s\n",
+                static_cast<long long>(step), d.name.c_str(), d.dtype.c_str(),
+                static_cast<long long>(d.numel), d.bitwise ? "yes" : "no",
+                static_cast<long long>(d.wrong), ulp_text(d.max_ulp).c_str(), d.nmse, d.max_abs,
+                static_cast<long long>(d.max_abs_index), d.max_abs_a, d.max_abs_b,
+                d.nan_mismatch ? "  NaN/Inf mismatch" : "");
+  }
+  if (first_loss_diff > 0)
+    std::printf("# every-step metrics: loss or grad norm first differs at step %lld\n",
+                static_cast<long long>(first_loss_diff));
+  for (const auto& v : vacuous) std::printf("# vacuous agreement: %s\n", v.c_str());
+  std::printf("# %zu tensors compared, %zu bitwise equal, %d differ (max %s ulp); %s\n",
+              rows.size(), rows.size() - differing, differing, ulp_text(worst).c_str(),
+              failed ? "FAILED" : "OK");
+  return failed ? 1 : 0;
+}
+
+}  // namespace
+
+Command add_compare_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("compare", "compare two dumps tensor by tensor");
+  auto o = std::make_shared<CompareOptions>();
+  cmd->add_option("a", o->a, "dump directory or file")->required();
+  cmd->add_option("b", o->b, "dump directory or file")->required();
+  cmd->add_flag("--json", o->json, "machine-readable output");
+  cmd->add_option("--max-ulp", o->max_ulp, "pass when every difference is within K ulps")
+      ->capture_default_str();
+  cmd->add_flag("--all", o->all_rows, "list the bitwise-equal tensors too");
+  return {cmd, [o] { return run_compare(*o); }};
+}
+
+}  // namespace parity::cli

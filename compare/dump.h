@@ -1,0 +1,86 @@
+// Run dumps (DESIGN.md section 6): what a run did, per step, in HDF5, for the comparison
+// engine and for anyone with h5py.
+//
+// Schema version 1, one file per run and rank (rank<R>.h5 in the dump directory):
+//   /meta                      attributes: schema = "parity-dump", schema_version, git_sha,
+//                              config (JSON: the run's RunInfo and trainer facts), trainer,
+//                              flavor, dtype, device, torch_version, threads, seed, split,
+//                              schedule_grid, rank, complete (0 if the run failed part-way)
+//   /metrics/loss              float64 [steps]  every step's loss
+//   /metrics/grad_norm         float64 [steps]  every step's total norm (before clipping)
+//   /step_000001/loss          scalar, the loss's dtype
+//   /step_000001/grad_norm     scalar
+//   /step_000001/mb_losses     [M]
+//   /step_000001/grads/<fqn>   the accumulated gradient before clipping (master dtype)
+//   /step_000001/params/<fqn>  the parameter after the step's update (master dtype)
+// Written to a temporary name and renamed; a run that fails still leaves the steps it dumped,
+// with complete = 0.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "compare/h5.h"
+#include "kernels/observer.h"
+
+namespace parity::compare {
+
+constexpr int64_t kDumpSchemaVersion = 1;
+
+// A dump that cannot be used: the CLI maps it to exit 2.
+class DumpError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+std::string step_group(int64_t step);  // "/step_000001"
+
+class DumpWriter : public kernels::StepObserver {
+ public:
+  // Writes dir/rank<rank>.h5 (dir is created). steps: the steps whose tensors are dumped.
+  DumpWriter(std::string dir, std::set<int64_t> steps, std::string git_sha, int rank = 0);
+  ~DumpWriter() override;  // a run that failed part-way: commits what it has, complete = 0
+
+  void on_start(const kernels::RunInfo& info) override;
+  bool wants_tensors(int64_t step) const override { return steps_.count(step) != 0; }
+  void on_step(const kernels::StepRecord& r) override;
+  void on_end() override;
+  const std::string& path() const { return path_; }
+
+ private:
+  void finish(bool complete);
+
+  std::string dir_, path_, git_sha_;
+  std::set<int64_t> steps_;
+  int rank_;
+  std::unique_ptr<h5::File> file_;
+  std::vector<double> losses_, norms_;
+  std::vector<std::string> fqns_;
+};
+
+// A tensor as stored: dtype, shape, raw bytes.
+using StoredTensor = h5::Array;
+
+struct StepDump {
+  int64_t step = 0;
+  std::map<std::string, StoredTensor> scalars;  // "loss", "grad_norm", "mb_losses"
+  std::vector<std::string> fqns;                // FQN order as written
+  std::map<std::string, StoredTensor> grads, params;
+};
+
+struct Dump {
+  std::string source;  // the file or directory read
+  std::map<std::string, std::string> meta;  // string attributes of /meta (numbers as text)
+  std::vector<double> losses, grad_norms;
+  std::map<int64_t, StepDump> steps;
+};
+
+// Reads a dump file, or every rank*.h5 in a directory merged by FQN (a pipelined run's ranks
+// each hold their stages' tensors). Throws DumpError naming the file and the remedy.
+Dump read_dump(const std::string& path);
+
+}  // namespace parity::compare

@@ -1,0 +1,187 @@
+#include "compare/tensor_compare.h"
+
+#include <cmath>
+#include <algorithm>
+#include <cstring>
+
+namespace parity::compare {
+
+namespace {
+
+// Maps a sign-magnitude bit pattern onto a line where adjacent floats are adjacent integers:
+// negative values below zero, -0 and +0 both at 0.
+int64_t ordered(uint64_t bits, int width) {
+  const uint64_t sign = uint64_t{1} << (width - 1);
+  const uint64_t mag = bits & (sign - 1);
+  return (bits & sign) ? -static_cast<int64_t>(mag) : static_cast<int64_t>(mag);
+}
+
+uint64_t distance(uint64_t a, uint64_t b, int width) {
+  if (width == 64) {  // |oa - ob| can exceed int64: widen
+    const __int128 d = static_cast<__int128>(ordered(a, 64)) - ordered(b, 64);
+    const __int128 m = d < 0 ? -d : d;
+    return m > static_cast<__int128>(kInfiniteUlp - 1) ? kInfiniteUlp - 1 : static_cast<uint64_t>(m);
+  }
+  const int64_t d = ordered(a, width) - ordered(b, width);
+  return static_cast<uint64_t>(d < 0 ? -d : d);
+}
+
+float bf16_to_float(uint16_t v) {
+  const uint32_t bits = static_cast<uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+struct Element {
+  double value;
+  uint64_t bits;
+};
+
+template <typename Load>
+void scan(TensorDiff& d, int64_t n, int width, const Load& load_a, const Load& load_b) {
+  double sq_diff = 0, sq_ref = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const Element a = load_a(i), b = load_b(i);
+    const bool nan_a = std::isnan(a.value), nan_b = std::isnan(b.value);
+    const bool inf_a = std::isinf(a.value), inf_b = std::isinf(b.value);
+    d.nan_a += nan_a;
+    d.nan_b += nan_b;
+    d.inf_a += inf_a;
+    d.inf_b += inf_b;
+    if (a.value != 0 || b.value != 0 || nan_a || nan_b) d.all_zero = false;
+    if (a.bits == b.bits) continue;
+    ++d.wrong;
+    if (d.first_diff < 0) d.first_diff = i;
+    if (nan_a || nan_b || inf_a || inf_b) {
+      if (!(nan_a && nan_b)) {  // two NaNs with different payloads are still both NaN
+        ++d.nan_mismatch;
+        d.max_ulp = kInfiniteUlp;
+      }
+      continue;
+    }
+    if (a.value == 0 && b.value == 0) {
+      ++d.signed_zero_diff;
+      continue;
+    }
+    const uint64_t u = distance(a.bits, b.bits, width);
+    if (d.max_ulp != kInfiniteUlp && u > d.max_ulp) d.max_ulp = u;
+    const double diff = std::fabs(a.value - b.value);
+    sq_diff += diff * diff;
+    if (diff > d.max_abs) {
+      d.max_abs = diff;
+      d.max_abs_index = i;
+      d.max_abs_a = a.value;
+      d.max_abs_b = b.value;
+    }
+    const double rel = diff / std::max(std::fabs(a.value), std::fabs(b.value));
+    if (rel > d.max_rel) {
+      d.max_rel = rel;
+      d.max_rel_index = i;
+      d.max_rel_a = a.value;
+      d.max_rel_b = b.value;
+    }
+  }
+  // NMSE needs the reference energy over every element (a second, cheap pass only when the
+  // tensors differ).
+  if (d.wrong > 0 && d.nan_mismatch == 0) {
+    for (int64_t i = 0; i < n; ++i) {
+      const double b = load_b(i).value;
+      if (std::isfinite(b)) sq_ref += b * b;
+    }
+    d.nmse = sq_ref > 0 ? sq_diff / sq_ref : (sq_diff > 0 ? INFINITY : 0);
+  }
+  d.bitwise = d.wrong == 0;
+}
+
+}  // namespace
+
+uint64_t ulp_distance_f32(float a, float b) {
+  uint32_t x, y;
+  std::memcpy(&x, &a, 4);
+  std::memcpy(&y, &b, 4);
+  return distance(x, y, 32);
+}
+uint64_t ulp_distance_f64(double a, double b) {
+  uint64_t x, y;
+  std::memcpy(&x, &a, 8);
+  std::memcpy(&y, &b, 8);
+  return distance(x, y, 64);
+}
+uint64_t ulp_distance_bf16(uint16_t a, uint16_t b) { return distance(a, b, 16); }
+
+TensorDiff compare_arrays(const std::string& name, const h5::Array& a, const h5::Array& b) {
+  TensorDiff d;
+  d.name = name;
+  d.dtype = h5::dtype_name(a.dtype);
+  d.numel = a.numel();
+  if (a.dtype != b.dtype) {
+    d.problem = std::string("dtype ") + h5::dtype_name(a.dtype) + " vs " + h5::dtype_name(b.dtype);
+    d.bitwise = false;
+    return d;
+  }
+  if (a.shape != b.shape) {
+    d.problem = "shapes differ";
+    d.bitwise = false;
+    return d;
+  }
+  const int64_t n = a.numel();
+  const unsigned char* pa = a.bytes.data();
+  const unsigned char* pb = b.bytes.data();
+  switch (a.dtype) {
+    case h5::DType::F32: {
+      auto load = [](const unsigned char* p) {
+        return [p](int64_t i) {
+          uint32_t bits;
+          std::memcpy(&bits, p + 4 * i, 4);
+          float f;
+          std::memcpy(&f, &bits, 4);
+          return Element{f, bits};
+        };
+      };
+      scan(d, n, 32, load(pa),
+           load(pb));
+      break;
+    }
+    case h5::DType::F64: {
+      auto load = [](const unsigned char* p) {
+        return [p](int64_t i) {
+          uint64_t bits;
+          std::memcpy(&bits, p + 8 * i, 8);
+          double f;
+          std::memcpy(&f, &bits, 8);
+          return Element{f, bits};
+        };
+      };
+      scan(d, n, 64, load(pa),
+           load(pb));
+      break;
+    }
+    case h5::DType::BF16: {
+      auto load = [](const unsigned char* p) {
+        return [p](int64_t i) {
+          uint16_t bits;
+          std::memcpy(&bits, p + 2 * i, 2);
+          return Element{bf16_to_float(bits), bits};
+        };
+      };
+      scan(d, n, 16, load(pa),
+           load(pb));
+      break;
+    }
+    default: {  // integers: bitwise only
+      d.wrong = 0;
+      const size_t w = h5::dtype_size(a.dtype);
+      for (int64_t i = 0; i < n; ++i)
+        if (std::memcmp(pa + w * i, pb + w * i, w) != 0) {
+          if (d.first_diff < 0) d.first_diff = i;
+          ++d.wrong;
+        }
+      d.bitwise = d.wrong == 0;
+      d.all_zero = false;
+    }
+  }
+  return d;
+}
+
+}  // namespace parity::compare

@@ -15,6 +15,8 @@
 
 #include "cli/commands.h"
 #include "cli/setup.h"
+#include "compare/dump.h"
+#include "compare/dump_compare.h"
 #include "kernels/kda.h"
 #include "kernels/threads.h"
 #include "kernels/params.h"
@@ -29,6 +31,7 @@ struct BenchOptions {
   std::string what = "reference";
   int warmup_steps = 2;
   int measured_steps = 5;
+  std::string a, b;  // --what compare
 };
 
 double median(std::vector<double> v) {
@@ -85,6 +88,34 @@ int bench_trainer(BenchOptions o) {
   return 0;
 }
 
+// Reads two dumps (files in the page cache after the first read) and compares every tensor:
+// the rate is bytes of tensor data per side over the comparison's wall time.
+int bench_compare(const BenchOptions& o) {
+  if (o.a.empty() || o.b.empty())
+    throw UsageError("bench --what compare needs --a DUMP and --b DUMP (from train --dump)");
+  for (int warm = 0; warm < 1; ++warm) compare::read_dump(o.a);  // bring the files into cache
+  compare::read_dump(o.b);
+  auto t0 = std::chrono::steady_clock::now();
+  auto A = compare::read_dump(o.a);
+  auto B = compare::read_dump(o.b);
+  auto t1 = std::chrono::steady_clock::now();
+  std::vector<double> times;
+  size_t rows = 0;
+  for (int i = 0; i < std::max(1, o.measured_steps); ++i) {
+    auto c0 = std::chrono::steady_clock::now();
+    rows = compare::compare_dumps(A, B, o.run.threads).size();
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count());
+  }
+  const double read_s = std::chrono::duration<double>(t1 - t0).count();
+  const double cmp_s = median(times);
+  const double gb = compare::compared_bytes(A) / 1e9;
+  std::printf("%-10s %8s %10s %12s %12s %14s %14s\n", "what", "threads", "tensors", "GB/side",
+              "read s", "compare s", "compare GB/s");
+  std::printf("%-10s %8d %10zu %12.3f %12.3f %14.3f %14.2f\n", "compare", o.run.threads, rows, gb,
+              read_s, cmp_s, gb / cmp_s);
+  return 0;
+}
+
 int bench_kda(const BenchOptions& o) {
   auto cfg = kernels::flavor(o.run.flavor);
   auto precision = kernels::parse_precision(o.run.dtype);
@@ -132,10 +163,13 @@ Command add_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--measured-steps", o->measured_steps, "steps whose median is reported")
       ->capture_default_str()->check(CLI::Range(1, 1000));
+  cmd->add_option("--a", o->a, "--what compare: the first dump");
+  cmd->add_option("--b", o->b, "--what compare: the second dump");
   return {cmd, [o] {
             if (o->what == "reference" || o->what == "pipelined") return bench_trainer(*o);
             if (o->what == "kda") return bench_kda(*o);
-            throw UsageError("unknown --what '" + o->what + "'; use reference, pipelined or kda");
+            if (o->what == "compare") return bench_compare(*o);
+            throw UsageError("unknown --what '" + o->what + "'; use reference, pipelined, kda or compare");
           }};
 }
 

@@ -7,10 +7,13 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <algorithm>
+#include <cstring>
 #include <set>
 
 #include "cli/commands.h"
 #include "compare/dump.h"
+#include "compare/dump_compare.h"
 #include "compare/tensor_compare.h"
 
 namespace parity::cli {
@@ -22,6 +25,7 @@ struct CompareOptions {
   bool json = false;
   uint64_t max_ulp = 0;
   bool all_rows = false;
+  int threads = 2;
 };
 
 std::string ulp_text(uint64_t u) {
@@ -53,41 +57,8 @@ nlohmann::json row_json(int64_t step, const compare::TensorDiff& d) {
 int run_compare(const CompareOptions& o) {
   const auto A = compare::read_dump(o.a);
   const auto B = compare::read_dump(o.b);
-  if (A.meta.at("flavor") != B.meta.at("flavor"))
-    throw compare::DumpError("the dumps are of different flavors (" + A.meta.at("flavor") +
-                             " and " + B.meta.at("flavor") + "); compare runs of one model");
-  if (A.meta.at("fqns") != B.meta.at("fqns"))
-    throw compare::DumpError("the dumps hold different parameter sets (FQN lists differ); "
-                             "compare runs of one model");
-  std::set<int64_t> steps_a, steps_b;
-  for (const auto& s : A.steps) steps_a.insert(s.first);
-  for (const auto& s : B.steps) steps_b.insert(s.first);
-  if (steps_a != steps_b || steps_a.empty()) {
-    std::string sa, sb;
-    for (auto s : steps_a) sa += " " + std::to_string(s);
-    for (auto s : steps_b) sb += " " + std::to_string(s);
-    throw compare::DumpError("the dumps hold different steps (" + o.a + ":" + (sa.empty() ? " none" : sa) +
-                             "; " + o.b + ":" + (sb.empty() ? " none" : sb) +
-                             "); dump the same --dump-steps in both runs");
-  }
-
   std::vector<std::pair<int64_t, compare::TensorDiff>> rows;
-  for (int64_t step : steps_a) {
-    const auto& sa = A.steps.at(step);
-    const auto& sb = B.steps.at(step);
-    for (const auto& [k, v] : sa.scalars)
-      if (sb.scalars.count(k)) rows.push_back({step, compare::compare_arrays(k, v, sb.scalars.at(k))});
-    if (sa.grads.size() != sb.grads.size())
-      throw compare::DumpError("step " + std::to_string(step) + ": " + std::to_string(sa.grads.size()) +
-                               " gradients against " + std::to_string(sb.grads.size()) +
-                               "; one dump is missing a rank's file");
-    for (const auto& fqn : sa.fqns) {
-      if (!sb.grads.count(fqn))
-        throw compare::DumpError("step " + std::to_string(step) + ": " + o.b + " lacks grads/" + fqn);
-      rows.push_back({step, compare::compare_arrays("grads/" + fqn, sa.grads.at(fqn), sb.grads.at(fqn))});
-      rows.push_back({step, compare::compare_arrays("params/" + fqn, sa.params.at(fqn), sb.params.at(fqn))});
-    }
-  }
+  for (auto& r : compare::compare_dumps(A, B, o.threads)) rows.push_back({r.step, std::move(r.diff)});
 
   // Verdict and guards against vacuous agreement.
   int differing = 0;
@@ -181,6 +152,8 @@ Command add_compare_command(CLI::App& app) {
   cmd->add_option("--max-ulp", o->max_ulp, "pass when every difference is within K ulps")
       ->capture_default_str();
   cmd->add_flag("--all", o->all_rows, "list the bitwise-equal tensors too");
+  cmd->add_option("--threads", o->threads, "comparison threads")->capture_default_str()
+      ->check(CLI::PositiveNumber);
   return {cmd, [o] { return run_compare(*o); }};
 }
 

@@ -112,6 +112,9 @@ std::string shape_name(const Shape& s) {
   return "pp" + std::to_string(s.pp) + "xvp" + std::to_string(s.vp);
 }
 
+// Test names and failure messages print the shape, not its bytes.
+void PrintTo(const Shape& s, std::ostream* os) { *os << shape_name(s); }
+
 pipelined::PipelineConfig pipeline(const Shape& s, bool cache) {
   pipelined::PipelineConfig pc;
   pc.pp = s.pp;

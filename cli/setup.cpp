@@ -62,6 +62,10 @@ void add_run_options(CLI::App& cmd, RunOptions& o) {
                "feed each step's micro-batches in reverse order");
   cmd.add_flag("--freeze-embedding", o.freeze_embedding,
                "no gradient and no update for the embedding");
+  cmd.add_option("--inject", o.inject,
+                 "inject a routing bug (pipelined, cache on): KIND:block=B,stage=S[,mb=M], "
+                 "KIND drop-deposit|duplicate-deposit|misroute|skip-collect|stale-block; "
+                 "the deposit count check is then off");
 }
 
 kernels::ModelOptions model_options(const RunOptions& o) {
@@ -205,11 +209,24 @@ pipelined::PipelineConfig pipeline_config(const RunOptions& o) {
     throw UsageError("unknown --cache '" + o.cache + "'; use on or off");
   pc.cache = o.cache == "on";
   pc.split = o.split;
+  for (const auto& spec : o.inject) {
+    try {
+      pc.faults.push_back(pipelined::parse_fault(spec));
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(e.what());
+    }
+  }
+  if (!pc.faults.empty()) {
+    if (!pc.cache) throw UsageError("--inject needs --cache on: the faults live in the rank store");
+    pc.check_deposit_counts = false;
+  }
   return pc;
 }
 
 void run_trainer(const std::string& trainer, const RunOptions& o, kernels::StepObserver& obs,
                  pipelined::PipelineStats* stats) {
+  if (!o.inject.empty() && trainer != "pipelined")
+    throw UsageError("--inject needs --trainer pipelined");
   auto cfg = train_config(o);
   if (trainer == "reference") {
     auto rows = load_rows(o);
@@ -219,6 +236,7 @@ void run_trainer(const std::string& trainer, const RunOptions& o, kernels::StepO
   }
   if (trainer != "pipelined")
     throw UsageError("unknown --trainer '" + trainer + "'; use reference or pipelined");
+
   auto pc = pipeline_config(o);
   auto rows = load_rows(o);
   auto init = initial_params(o, cfg.model);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "datasets/rows.h"
 #include "kernels/model.h"
@@ -45,6 +46,7 @@ struct RunOptions {
   double max_norm = 1.0;
   bool reverse_microbatches = false;
   bool freeze_embedding = false;
+  std::vector<std::string> inject;  // fault specs, pipelined trainer only
 };
 
 // Registers the options shared by `train` and `bench` on `cmd`.

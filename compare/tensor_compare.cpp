@@ -94,6 +94,29 @@ void scan(TensorDiff& d, int64_t n, int width, const Load& load_a, const Load& l
   d.bitwise = d.wrong == 0;
 }
 
+// Identical buffers (the common case in a parity run): only the NaN/Inf counts and the
+// all-zero flag are needed, and they come from the bits of one side. Integer work the
+// compiler vectorises, several times faster than the element loop.
+template <typename Bits>
+void scan_identical(TensorDiff& d, const unsigned char* p, int64_t n, Bits exp_mask,
+                    Bits mant_mask) {
+  int64_t nan = 0, inf = 0;
+  Bits any = 0;
+  const Bits magnitude = exp_mask | mant_mask;
+  for (int64_t i = 0; i < n; ++i) {
+    Bits v;
+    std::memcpy(&v, p + sizeof(Bits) * i, sizeof(Bits));
+    const bool special = (v & exp_mask) == exp_mask;
+    nan += special && (v & mant_mask) != 0;
+    inf += special && (v & mant_mask) == 0;
+    any |= v & magnitude;
+  }
+  d.nan_a = d.nan_b = nan;
+  d.inf_a = d.inf_b = inf;
+  d.all_zero = any == 0;
+  d.bitwise = true;
+}
+
 }  // namespace
 
 uint64_t ulp_distance_f32(float a, float b) {
@@ -128,6 +151,16 @@ TensorDiff compare_arrays(const std::string& name, const h5::Array& a, const h5:
   const int64_t n = a.numel();
   const unsigned char* pa = a.bytes.data();
   const unsigned char* pb = b.bytes.data();
+  if (a.bytes.size() == b.bytes.size() && std::memcmp(pa, pb, a.bytes.size()) == 0) {
+    switch (a.dtype) {
+      case h5::DType::F32: scan_identical<uint32_t>(d, pa, n, 0x7f800000u, 0x007fffffu); return d;
+      case h5::DType::BF16: scan_identical<uint16_t>(d, pa, n, 0x7f80, 0x007f); return d;
+      case h5::DType::F64:
+        scan_identical<uint64_t>(d, pa, n, 0x7ff0000000000000ull, 0x000fffffffffffffull);
+        return d;
+      default: d.all_zero = false; return d;
+    }
+  }
   switch (a.dtype) {
     case h5::DType::F32: {
       auto load = [](const unsigned char* p) {

@@ -31,12 +31,13 @@ class RankStore {
 
   void put(int mb, int block, const at::Tensor& value);
   const at::Tensor& get(int mb, int block, int reader_stage) const;
+  bool has(int mb, int block) const { return blocks_.count({mb, block}) != 0; }
   // Drops the micro-batch's blocks (after the rank's last stage forward for it).
   void release(int mb);
 
   void deposit(int mb, int block, int from_stage, at::Tensor grad);
   // Takes the block's deposits, in deposit order; throws ProtocolError unless exactly
-  // `expected` are there.
+  // `expected` are there (expected < 0: any number, for fault-injection runs).
   std::vector<at::Tensor> collect(int mb, int block, int expected, int stage);
   // Drops deposits that nobody will collect (blocks with nothing trainable upstream).
   void discard_deposits(int mb, int block);
@@ -48,6 +49,11 @@ class RankStore {
   int high_water_microbatches() const { return high_water_; }
   // Throws ProtocolError naming what is left if the store is not empty.
   void check_empty(const std::string& when) const;
+  // Drops everything (after a fault-injection step, whose misrouted deposits may be left).
+  void clear() {
+    blocks_.clear();
+    deposits_.clear();
+  }
 
  private:
   int rank_;

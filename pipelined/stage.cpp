@@ -69,7 +69,14 @@ void StageRunner::forward(int mb) {
     size_t w = 0;
     for (int b : r.entry) {
       if (ctx_->cache && contains(r.held_at_entry, b)) {
-        cols.push_back(store.get(mb, b, stage_));
+        int from_mb = mb;
+        if (any_fault(ctx_->faults, FaultKind::StaleBlock, stage_, b, mb))
+          for (int other : {mb - 1, mb + 1, mb - 2, mb + 2})
+            if (store.has(other, b)) {
+              from_mb = other;
+              break;
+            }
+        cols.push_back(store.get(from_mb, b, stage_));
       } else {
         if (w >= wire.size() || wire[w] != b)
           throw ProtocolError("stage " + std::to_string(stage_) + " (micro-batch " +
@@ -137,7 +144,9 @@ void StageRunner::backward(int mb) {
       for (const auto& d : r.collects)
         if (std::find(owned.begin(), owned.end(), d.block) == owned.end()) owned.push_back(d.block);
       for (int b : owned) {
-        auto deps = store.collect(mb, b, r.deposits_expected(b), stage_);
+        auto deps = store.collect(mb, b, ctx_->check_deposit_counts ? r.deposits_expected(b) : -1,
+                                  stage_);
+        if (any_fault(ctx_->faults, FaultKind::SkipCollect, stage_, b, mb)) continue;
         auto col = g_stack.select(2, b);
         for (const auto& d : deps) col.add_(d);
       }
@@ -164,17 +173,16 @@ void StageRunner::backward(int mb) {
   ctx_->transport->send(payload, ctx_->tables->rank_of(stage_ - 1),
                         Tag{stage_, stage_ - 1, mb, false});
   if (ctx_->cache) {
-    bool first = true;
     for (int b : r.deposits) {
       auto d = g_in.select(2, b).contiguous();
-      if (first && ctx_->faults.drop_from_stage == stage_) {
-        first = false;
-        continue;
-      }
-      if (first && ctx_->faults.duplicate_from_stage == stage_)
-        store.deposit(mb, b, stage_, d.clone());
-      first = false;
-      store.deposit(mb, b, stage_, d);
+      const auto& f = ctx_->faults;
+      if (any_fault(f, FaultKind::DropDeposit, stage_, b, mb)) continue;
+      int to_block = b;
+      if (any_fault(f, FaultKind::Misroute, stage_, b, mb))  // a neighbouring block it also read
+        to_block = contains(r.deposits, b + 1) ? b + 1 : (contains(r.deposits, b - 1) ? b - 1 : b);
+      if (any_fault(f, FaultKind::DuplicateDeposit, stage_, b, mb))
+        store.deposit(mb, to_block, stage_, d.clone());
+      store.deposit(mb, to_block, stage_, d);
     }
   }
 }

@@ -31,18 +31,12 @@
 
 #include "kernels/model.h"
 #include "kernels/params.h"
+#include "pipelined/faults.h"
 #include "pipelined/rank_store.h"
 #include "pipelined/routing.h"
 #include "pipelined/transport.h"
 
 namespace parity::pipelined {
-
-// Test-only faults in the deposit path (the comparison engine's fault injection builds on
-// these): the first deposit of the chosen stage is dropped or doubled.
-struct DepositFaults {
-  int drop_from_stage = -1;
-  int duplicate_from_stage = -1;
-};
 
 // Everything one step's stages share. The referenced objects outlive the run.
 struct StepContext {
@@ -56,7 +50,8 @@ struct StepContext {
   std::vector<at::Tensor> tokens, labels;    // per micro-batch, [B, T] int64 on the device
   double n_global = 1;                       // label tokens of the whole step
   bool training = true;                      // false: forward-only (no graph, no backward)
-  DepositFaults faults;
+  std::vector<Fault> faults;                 // injected routing bugs (see faults.h)
+  bool check_deposit_counts = true;          // off when faults are injected on purpose
 };
 
 class StageRunner {

@@ -26,7 +26,8 @@ struct PipelineConfig {
   ScheduleKind schedule = ScheduleKind::OneFOneB;
   bool cache = true;
   std::string split;  // explicit split spec; empty = the default even split
-  DepositFaults faults;  // tests only
+  std::vector<Fault> faults;         // injected routing bugs (parity train --inject)
+  bool check_deposit_counts = true;  // --inject turns it off so the run goes on
 };
 
 // What one step's pipeline did, for tests and benchmarks.

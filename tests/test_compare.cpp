@@ -89,6 +89,19 @@ TEST(CompareArrays, NanAndInfAreHandledFirstAndSignedZeroIsNotBitwise) {
   EXPECT_FALSE(n.bitwise);
 }
 
+TEST(CompareArrays, IdenticalBuffersStillCountNanAndInf) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  auto a = f32_array({nan, -inf, 0.0f, -0.0f});
+  auto d = compare_arrays("t", a, a);
+  EXPECT_TRUE(d.bitwise);
+  EXPECT_EQ(d.nan_a, 1);
+  EXPECT_EQ(d.nan_b, 1);
+  EXPECT_EQ(d.inf_a, 1);
+  EXPECT_FALSE(d.all_zero);
+  EXPECT_TRUE(compare_arrays("z", f32_array({0.0f, -0.0f}), f32_array({0.0f, -0.0f})).all_zero);
+}
+
 TEST(CompareArrays, AllZeroIsReported) {
   EXPECT_TRUE(compare_arrays("z", f32_array({0, 0}), f32_array({0, 0})).all_zero);
   EXPECT_FALSE(compare_arrays("z", f32_array({0, 1}), f32_array({0, 1})).all_zero);

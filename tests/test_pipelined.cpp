@@ -251,7 +251,7 @@ std::string failure_of(const pipelined::PipelineConfig& pc) {
 TEST(StageProtocol, MissingDepositFailsLoudlyNamingBlockStageMicroBatch) {
   auto pc = pipeline({2, 2, ""}, true);
   // pp2 x vp2 on tiny: stage 2 (rank 0) reads blocks from rank 0's store and deposits them.
-  pc.faults.drop_from_stage = 2;
+  pc.faults = {pipelined::parse_fault("drop-deposit:block=0,stage=2")};
   const auto msg = failure_of(pc);
   EXPECT_NE(msg.find("deposit count for block"), std::string::npos) << msg;
   EXPECT_NE(msg.find("expected 1, got 0"), std::string::npos) << msg;
@@ -260,9 +260,45 @@ TEST(StageProtocol, MissingDepositFailsLoudlyNamingBlockStageMicroBatch) {
 
 TEST(StageProtocol, ExtraDepositFailsLoudly) {
   auto pc = pipeline({2, 2, ""}, true);
-  pc.faults.duplicate_from_stage = 2;
+  pc.faults = {pipelined::parse_fault("duplicate-deposit:block=0,stage=2,mb=1")};
   const auto msg = failure_of(pc);
   EXPECT_NE(msg.find("expected 1, got 2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("micro-batch 1"), std::string::npos) << msg;
+}
+
+// Injected routing bugs run to the end once the count check is off, and each one changes
+// the result: the comparison engine, not the protocol's own check, has to catch them.
+TEST(FaultInjection, EveryKindRunsAndChangesTheGradients) {
+  const Shape shape{2, 2, ""};
+  auto clean = pipelined_run(Precision::FP32, 1, pipeline(shape, true));
+  // pp2 x vp2 on tiny: stage 3 (rank 1) reads blocks 0 and 1 from its store, stage 1 owns them
+  // on rank 1; stage 2 (rank 0) reads block 0, owned by stage 0.
+  for (const char* spec :
+       {"drop-deposit:block=0,stage=2", "duplicate-deposit:block=1,stage=3",
+        "misroute:block=0,stage=3", "skip-collect:block=1,stage=1,mb=2",
+        "stale-block:block=0,stage=3,mb=0"}) {
+    auto pc = pipeline(shape, true);
+    pc.faults = {pipelined::parse_fault(spec)};
+    pc.check_deposit_counts = false;
+    ::parity::Run faulty;
+    ASSERT_NO_THROW(faulty = pipelined_run(Precision::FP32, 1, pc)) << spec;
+    bool differs = false;
+    for (size_t i = 0; i < clean.grads[0].size(); ++i)
+      differs |= !torch::equal(clean.grads[0][i], faulty.grads[0][i]);
+    EXPECT_TRUE(differs) << spec;
+  }
+}
+
+TEST(FaultInjection, SpecsAreParsedOrRefusedByName) {
+  auto f = pipelined::parse_fault("misroute:block=2,stage=5,mb=3");
+  EXPECT_EQ(f.kind, pipelined::FaultKind::Misroute);
+  EXPECT_EQ(f.block, 2);
+  EXPECT_EQ(f.stage, 5);
+  EXPECT_EQ(f.mb, 3);
+  EXPECT_EQ(f.str(), "misroute:block=2,stage=5,mb=3");
+  EXPECT_THROW(pipelined::parse_fault("teleport:block=1,stage=1"), std::invalid_argument);
+  EXPECT_THROW(pipelined::parse_fault("drop-deposit:stage=1"), std::invalid_argument);
+  EXPECT_THROW(pipelined::parse_fault("drop-deposit:block=x,stage=1"), std::invalid_argument);
 }
 
 TEST(StageProtocol, HeadAloneOnTheLastStage) {

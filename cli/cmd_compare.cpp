@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <algorithm>
 #include <cstring>
 #include <set>
@@ -15,6 +16,7 @@
 #include "compare/dump.h"
 #include "compare/dump_compare.h"
 #include "compare/tensor_compare.h"
+#include "compare/truth.h"
 
 namespace parity::cli {
 
@@ -26,7 +28,54 @@ struct CompareOptions {
   uint64_t max_ulp = 0;
   bool all_rows = false;
   int threads = 2;
+  std::string truth;
 };
+
+// Each run's per-tensor error against the fp64 truth dump, in the run's own ulps.
+nlohmann::json truth_table(const compare::Dump& A, const compare::Dump& B, const compare::Dump& T,
+                           bool print) {
+  nlohmann::json rows = nlohmann::json::array();
+  int a_closer = 0, b_closer = 0, ties = 0;
+  if (print)
+    std::printf("\n# error against the float64 truth %s, in each run's own ulps\n%5s  %-46s %10s %10s"
+                " %10s %10s  %s\n", T.source.c_str(), "step", "tensor", "a max", "a mean",
+                "b max", "b mean", "closer");
+  for (const auto& [step, sa] : A.steps) {
+    if (!T.steps.count(step) || !B.steps.count(step))
+      throw compare::DumpError("the truth dump lacks step " + std::to_string(step) +
+                               "; dump the same --dump-steps in the fp64 run");
+    const auto& st = T.steps.at(step);
+    const auto& sb = B.steps.at(step);
+    for (const auto& fqn : sa.fqns) {
+      for (const char* kind : {"grads", "params"}) {
+        const bool g = std::string(kind) == "grads";
+        const auto& ta = (g ? sa.grads : sa.params).at(fqn);
+        const auto& tb = (g ? sb.grads : sb.params).at(fqn);
+        const auto& tt = (g ? st.grads : st.params);
+        if (!tt.count(fqn)) throw compare::DumpError("the truth dump lacks " + fqn);
+        const std::string name = std::string(kind) + "/" + fqn;
+        auto ea = compare::error_vs_truth(name, ta, tt.at(fqn));
+        auto eb = compare::error_vs_truth(name, tb, tt.at(fqn));
+        if (!ea.problem.empty() || !eb.problem.empty())
+          throw compare::DumpError(name + ": " + (ea.problem.empty() ? eb.problem : ea.problem) +
+                                   "; the truth must be an fp64 run of the same cell");
+        const char* closer = ea.mean_ulp < eb.mean_ulp ? "a" : eb.mean_ulp < ea.mean_ulp ? "b" : "=";
+        (closer[0] == 'a' ? a_closer : closer[0] == 'b' ? b_closer : ties)++;
+        if (print && ea.mean_ulp != eb.mean_ulp)
+          std::printf("%5lld  %-46s %10llu %10.3f %10llu %10.3f  %s\n", static_cast<long long>(step),
+                      name.c_str(), static_cast<unsigned long long>(ea.max_ulp), ea.mean_ulp,
+                      static_cast<unsigned long long>(eb.max_ulp), eb.mean_ulp, closer);
+        rows.push_back({{"step", step}, {"tensor", name}, {"a_max_ulp", ea.max_ulp},
+                        {"a_mean_ulp", ea.mean_ulp}, {"b_max_ulp", eb.max_ulp},
+                        {"b_mean_ulp", eb.mean_ulp}, {"closer", closer}});
+      }
+    }
+  }
+  if (print)
+    std::printf("# closer to the truth: a on %d tensors, b on %d, equally close on %d\n", a_closer,
+                b_closer, ties);
+  return {{"rows", rows}, {"a_closer", a_closer}, {"b_closer", b_closer}, {"ties", ties}};
+}
 
 std::string ulp_text(uint64_t u) {
   return u == compare::kInfiniteUlp ? "inf" : std::to_string(u);
@@ -95,8 +144,12 @@ int run_compare(const CompareOptions& o) {
     }
   if (first_loss_diff > 0 && o.max_ulp == 0) failed = true;
 
+  std::unique_ptr<compare::Dump> truth;
+  if (!o.truth.empty()) truth = std::make_unique<compare::Dump>(compare::read_dump(o.truth));
+
   if (o.json) {
     nlohmann::json j;
+    if (truth) j["truth"] = truth_table(A, B, *truth, false);
     j["a"] = o.a;
     j["b"] = o.b;
     j["rows"] = nlohmann::json::array();
@@ -135,6 +188,7 @@ int run_compare(const CompareOptions& o) {
     std::printf("# every-step metrics: loss or grad norm first differs at step %lld\n",
                 static_cast<long long>(first_loss_diff));
   for (const auto& v : vacuous) std::printf("# vacuous agreement: %s\n", v.c_str());
+  if (truth) truth_table(A, B, *truth, true);
   std::printf("# %zu tensors compared, %zu bitwise equal, %d differ (max %s ulp); %s\n",
               rows.size(), rows.size() - differing, differing, ulp_text(worst).c_str(),
               failed ? "FAILED" : "OK");
@@ -152,6 +206,8 @@ Command add_compare_command(CLI::App& app) {
   cmd->add_option("--max-ulp", o->max_ulp, "pass when every difference is within K ulps")
       ->capture_default_str();
   cmd->add_flag("--all", o->all_rows, "list the bitwise-equal tensors too");
+  cmd->add_option("--truth", o->truth, "an fp64 dump of the same cell: report each run's error "
+                                       "against it in its own ulps");
   cmd->add_option("--threads", o->threads, "comparison threads")->capture_default_str()
       ->check(CLI::PositiveNumber);
   return {cmd, [o] { return run_compare(*o); }};

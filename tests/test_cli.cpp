@@ -264,6 +264,27 @@ TEST_F(Cli, CompareOfCachedAgainstNaiveListsTheDifferingTensorsWithUlps) {
   EXPECT_EQ(r.out.find("mb_losses"), std::string::npos) << r.out;
 }
 
+TEST_F(Cli, CompareAgainstAFloat64TruthRanksTheRuns) {
+  const std::string cell = "train --flavor tiny --steps 1 --seq-len 16 --quiet --dump-steps 1 ";
+  const auto t = dir_ / "t", a = dir_ / "a", b = dir_ / "b";
+  ASSERT_EQ(run(cell + "--dtype fp64 --dump " + t.string()).code, 0);
+  ASSERT_EQ(run(cell + "--dtype fp32 --dump " + a.string()).code, 0);
+  ASSERT_EQ(run(cell + "--dtype fp32 --trainer pipelined --pp 2 --vp 2 --cache on --dump " +
+                b.string()).code, 0);
+  auto r = run("compare " + a.string() + " " + b.string() + " --truth " + t.string() + " --json");
+  ASSERT_NE(r.code, 2) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  const auto& rows = j["truth"]["rows"];
+  ASSERT_EQ(rows.size(), 2u * 428);  // grads and params of every tiny parameter
+  EXPECT_EQ(j["truth"]["a_closer"].get<int>() + j["truth"]["b_closer"].get<int>() +
+                j["truth"]["ties"].get<int>(),
+            static_cast<int>(rows.size()));
+  // fp32 against an fp64 truth: some tensor is off by at least one fp32 ulp.
+  bool any_error = false;
+  for (const auto& row : rows) any_error |= row["a_max_ulp"].get<uint64_t>() > 0;
+  EXPECT_TRUE(any_error);
+}
+
 TEST_F(Cli, CompareRefusesMismatchedDumps) {
   const auto one = dir_ / "one", two = dir_ / "two";
   ASSERT_EQ(run(std::string(kTinyRun) + " --dump-steps 1 --dump " + one.string()).code, 0);

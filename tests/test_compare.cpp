@@ -14,6 +14,7 @@
 #include "compare/dump.h"
 #include "compare/h5.h"
 #include "compare/tensor_compare.h"
+#include "compare/truth.h"
 
 namespace fs = std::filesystem;
 
@@ -114,6 +115,37 @@ TEST(CompareArrays, DtypeAndShapeMismatchesAreProblems) {
   h5::Array c = a;
   c.dtype = h5::DType::I32;
   EXPECT_FALSE(compare_arrays("t", a, c).problem.empty());
+}
+
+h5::Array f64_array(const std::vector<double>& v) {
+  h5::Array a;
+  a.dtype = h5::DType::F64;
+  a.shape = {static_cast<int64_t>(v.size())};
+  a.bytes.resize(v.size() * 8);
+  std::memcpy(a.bytes.data(), v.data(), a.bytes.size());
+  return a;
+}
+
+TEST(Truth, ErrorIsCountedInTheRunsOwnUlpsFromTheRoundedTruth) {
+  const std::vector<double> t{1.0, 1.0 / 3.0, -2.5};
+  auto truth = f64_array(t);
+  std::vector<float> exact{1.0f, static_cast<float>(1.0 / 3.0), -2.5f};
+  auto e0 = error_vs_truth("x", f32_array(exact), truth);
+  EXPECT_TRUE(e0.problem.empty());
+  EXPECT_EQ(e0.max_ulp, 0u);
+  exact[1] = std::nextafter(exact[1], 1.0f);
+  auto e1 = error_vs_truth("x", f32_array(exact), truth);
+  EXPECT_EQ(e1.max_ulp, 1u);
+  EXPECT_DOUBLE_EQ(e1.mean_ulp, 1.0 / 3.0);
+  // bf16: 1.0 is 0x3f80; one bf16 ulp above is 0x3f81.
+  h5::Array b;
+  b.dtype = h5::DType::BF16;
+  b.shape = {1};
+  const uint16_t above = 0x3f81;
+  b.bytes.resize(2);
+  std::memcpy(b.bytes.data(), &above, 2);
+  EXPECT_EQ(error_vs_truth("x", b, f64_array({1.0})).max_ulp, 1u);
+  EXPECT_FALSE(error_vs_truth("x", f32_array({1.0f}), f32_array({1.0f})).problem.empty());
 }
 
 // ---- dumps ----

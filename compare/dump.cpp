@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 
 namespace parity::compare {
 
@@ -220,6 +221,7 @@ void check_parses_safely(const std::string& path) {
   const pid_t pid = fork();
   if (pid < 0) return;  // cannot fork: read directly
   if (pid == 0) {
+    alarm(120);  // a parse that hangs on damaged bytes is killed like one that crashes
     try {
       Dump scratch;
       read_file_into(path, scratch, true);
@@ -231,8 +233,11 @@ void check_parses_safely(const std::string& path) {
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (WIFSIGNALED(status))
-    throw DumpError("'" + path + "' is damaged (reading it crashed the HDF5 library with signal " +
-                    std::to_string(WTERMSIG(status)) + "); " + remedy());
+    throw DumpError("'" + path + "' is damaged (reading it " +
+                    (WTERMSIG(status) == SIGALRM ? std::string("did not finish in 120 s")
+                                                 : "crashed the HDF5 library with signal " +
+                                                       std::to_string(WTERMSIG(status))) +
+                    "); " + remedy());
 }
 
 }  // namespace

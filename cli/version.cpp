@@ -2,6 +2,8 @@
 
 #include <torch/version.h>
 
+#include "parity_git_sha.h"  // generated at build time
+
 namespace parity::cli {
 
 std::string git_sha() { return PARITY_GIT_SHA; }

@@ -10,8 +10,10 @@
 #include <fstream>
 #include <limits>
 #include <random>
+#include <sstream>
 
 #include "compare/dump.h"
+#include "compare/dump_compare.h"
 #include "compare/h5.h"
 #include "compare/tensor_compare.h"
 #include "compare/truth.h"
@@ -273,6 +275,69 @@ TEST_F(DumpTest, MutatedBytesNeverCrashTheReader) {
     }
   }
   EXPECT_EQ(read_ok + refused, 150);
+}
+
+// compare_dumps on dumps built in memory: what makes two dumps incomparable, and what a NaN
+// in one gradient looks like.
+Dump small_dump(const std::string& flavor, const std::string& fqns, std::vector<int64_t> steps,
+                float g0 = 0.5f) {
+  Dump d;
+  d.source = flavor + "-dump";
+  d.meta["flavor"] = flavor;
+  d.meta["fqns"] = fqns;
+  for (int64_t s : steps) {
+    auto& st = d.steps[s];
+    st.step = s;
+    st.scalars["loss"] = f32_array({7.5f});
+    std::stringstream names(fqns);
+    std::string fqn;
+    while (std::getline(names, fqn)) {
+      st.fqns.push_back(fqn);
+      st.grads[fqn] = f32_array({g0, 0.25f});
+      st.params[fqn] = f32_array({1.0f, 2.0f});
+    }
+  }
+  return d;
+}
+
+TEST(CompareDumps, RefusesOtherFlavorsFqnSetsAndSteps) {
+  const auto a = small_dump("tiny", "a.weight\nb.weight", {1, 2});
+  EXPECT_NO_THROW(compare_dumps(a, a));
+  EXPECT_THROW(compare_dumps(a, small_dump("debugmodel", "a.weight\nb.weight", {1, 2})), DumpError);
+  EXPECT_THROW(compare_dumps(a, small_dump("tiny", "a.weight", {1, 2})), DumpError);
+  try {
+    compare_dumps(a, small_dump("tiny", "a.weight\nb.weight", {1}));
+    FAIL() << "missing step accepted";
+  } catch (const DumpError& e) {
+    EXPECT_NE(std::string(e.what()).find("different steps"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CompareDumps, RowsComeInAFixedOrderWhateverTheThreadCount) {
+  const auto a = small_dump("tiny", "a.weight\nb.weight\nc.weight", {1, 2, 3});
+  const auto b = small_dump("tiny", "a.weight\nb.weight\nc.weight", {1, 2, 3}, 0.75f);
+  auto one = compare_dumps(a, b, 1);
+  auto two = compare_dumps(a, b, 2);
+  ASSERT_EQ(one.size(), two.size());
+  ASSERT_EQ(one.size(), 3u * (1 + 2 * 3));  // per step: loss, then grads and params of 3 tensors
+  for (size_t i = 0; i < one.size(); ++i) {
+    EXPECT_EQ(one[i].step, two[i].step);
+    EXPECT_EQ(one[i].diff.name, two[i].diff.name);
+    EXPECT_EQ(one[i].diff.wrong, two[i].diff.wrong);
+  }
+  EXPECT_EQ(one[1].diff.name, "grads/a.weight");
+  EXPECT_EQ(one[1].diff.wrong, 1);  // 0.5 vs 0.75
+  EXPECT_TRUE(one[2].diff.bitwise);  // params equal
+}
+
+TEST(CompareDumps, ANanGradientIsAHardMismatch) {
+  const auto a = small_dump("tiny", "a.weight", {1});
+  const auto b = small_dump("tiny", "a.weight", {1}, std::numeric_limits<float>::quiet_NaN());
+  auto rows = compare_dumps(a, b);
+  ASSERT_EQ(rows[1].diff.name, "grads/a.weight");
+  EXPECT_EQ(rows[1].diff.nan_b, 1);
+  EXPECT_EQ(rows[1].diff.nan_mismatch, 1);
+  EXPECT_EQ(rows[1].diff.max_ulp, kInfiniteUlp);
 }
 
 }  // namespace

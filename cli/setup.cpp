@@ -184,14 +184,9 @@ kernels::TrainConfig train_config(const RunOptions& o) {
   c.device = o.device;
   c.clip_order = kernels::parse_clip_order(o.clip_order);
   c.max_norm = o.max_norm;
-  if (c.clip_order == kernels::ClipOrder::PerRank) {
-    // The parameter->rank map of the pipeline layout --pp/--vp/--split describe.
-    const auto split = o.split.empty() ? pipelined::default_split(c.model.n_layers, o.pp * o.vp)
-                                       : pipelined::parse_split(o.split, c.model.n_layers,
-                                                                o.pp * o.vp);
-    for (const auto& s : kernels::param_specs(c.model))
-      c.param_rank.push_back(split.stage_of_unit(s.unit) % o.pp);
-  }
+  if (c.clip_order == kernels::ClipOrder::PerRank)  // the map of the --pp/--vp/--split layout
+    c.param_rank = pipelined::param_ranks(c.model, pipelined::make_split(c.model, pipeline_config(o)),
+                                          o.pp);
   c.reverse_microbatches = o.reverse_microbatches;
   c.freeze_embedding = o.freeze_embedding;
   c.adamw.lr = o.lr;

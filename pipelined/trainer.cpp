@@ -8,13 +8,17 @@
 
 namespace parity::pipelined {
 
-namespace {
 Split make_split(const kernels::ModelConfig& m, const PipelineConfig& pc) {
   const int stages = pc.pp * pc.vp;
   return pc.split.empty() ? default_split(m.n_layers, stages)
                           : parse_split(pc.split, m.n_layers, stages);
 }
-}  // namespace
+
+std::vector<int> param_ranks(const kernels::ModelConfig& m, const Split& split, int pp) {
+  std::vector<int> out;
+  for (const auto& s : kernels::param_specs(m)) out.push_back(split.stage_of_unit(s.unit) % pp);
+  return out;
+}
 
 PipelinedTrainer::PipelinedTrainer(kernels::TrainConfig cfg, PipelineConfig pc,
                                    const kernels::NamedTensors& init,
@@ -46,10 +50,7 @@ PipelinedTrainer::PipelinedTrainer(kernels::TrainConfig cfg, PipelineConfig pc,
 }
 
 std::vector<int> PipelinedTrainer::param_ranks() const {
-  std::vector<int> out;
-  for (const auto& s : kernels::param_specs(cfg_.model))
-    out.push_back(tables_.rank_of(split_.stage_of_unit(s.unit)));
-  return out;
+  return pipelined::param_ranks(cfg_.model, split_, pc_.pp);
 }
 
 kernels::RunInfo PipelinedTrainer::run_info() const {

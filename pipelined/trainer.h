@@ -30,6 +30,12 @@ struct PipelineConfig {
   bool check_deposit_counts = true;  // --inject turns it off so the run goes on
 };
 
+// The split a pipeline config describes (the default even split unless it spells one out).
+Split make_split(const kernels::ModelConfig& m, const PipelineConfig& pc);
+// The rank that owns each parameter (FQN order) under the loop map, stage s on rank s % pp:
+// the per-rank clip order's grouping.
+std::vector<int> param_ranks(const kernels::ModelConfig& m, const Split& split, int pp);
+
 // What one step's pipeline did, for tests and benchmarks.
 struct PipelineStats {
   std::vector<int> store_high_water;  // per rank: most micro-batches held at once

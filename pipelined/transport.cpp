@@ -32,7 +32,7 @@ int64_t Transport::total_bytes(bool forward) const {
 void Mailboxes::send(const std::vector<at::Tensor>& tensors, int, const Tag& tag) {
   std::vector<at::Tensor> copies;
   copies.reserve(tensors.size());
-  for (const auto& t : tensors) copies.push_back(t.detach().contiguous().clone());
+  for (const auto& t : tensors) copies.push_back(t.detach().clone(at::MemoryFormat::Contiguous));
   count(copies, tag);
   if (!boxes_.emplace(tag, std::move(copies)).second)
     throw std::logic_error("in-process transport: a second message for " + tag.str());

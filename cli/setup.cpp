@@ -238,6 +238,17 @@ void run_trainer(const std::string& trainer, const RunOptions& o, kernels::StepO
   pipelined::PipelinedTrainer t(cfg, pc, init, *rows);
   t.run(obs);
   if (stats) *stats = t.last_stats();
+  warn_unfired_faults(pc.faults, t.fault_hits());
+}
+
+void warn_unfired_faults(const std::vector<pipelined::Fault>& faults,
+                         const std::vector<int64_t>& hits) {
+  for (size_t i = 0; i < faults.size(); ++i)
+    if (i >= hits.size() || hits[i] == 0)
+      std::cerr << "parity: warning: --inject " << faults[i].str()
+                << " never fired: nothing of that kind to break there (no such deposit or "
+                   "collection, see `parity layout`; for stale-block, no other micro-batch's "
+                   "copy in the store at that moment)\n";
 }
 
 }  // namespace parity::cli

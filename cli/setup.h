@@ -65,6 +65,10 @@ kernels::NamedTensors initial_params(const RunOptions& o, const kernels::ModelCo
 kernels::TrainConfig train_config(const RunOptions& o);
 pipelined::PipelineConfig pipeline_config(const RunOptions& o);
 
+// One stderr warning per injected fault that never fired (nothing to break where it pointed).
+void warn_unfired_faults(const std::vector<pipelined::Fault>& faults,
+                         const std::vector<int64_t>& hits);
+
 // Runs the chosen trainer ("reference" or "pipelined") with the observer.
 void run_trainer(const std::string& trainer, const RunOptions& o, kernels::StepObserver& obs,
                  pipelined::PipelineStats* stats = nullptr);

@@ -12,7 +12,9 @@ FfnKind ModelConfig::ffn(int layer) const { return layer == 0 ? FfnKind::Dense :
 const char* to_string(MixerKind k) { return k == MixerKind::KDA ? "KDA" : "MLA"; }
 const char* to_string(FfnKind k) { return k == FfnKind::Dense ? "dense" : "MoE"; }
 
-std::vector<std::string> flavor_names() { return {"debugmodel", "tiny", "k3shape"}; }
+std::vector<std::string> flavor_names() {
+  return {"debugmodel", "tiny", "k3shape", "exact", "exact-wide"};
+}
 
 ModelConfig flavor(const std::string& name) {
   ModelConfig c;  // the defaults are debugmodel's
@@ -40,6 +42,17 @@ ModelConfig flavor(const std::string& name) {
     c.n_layers = 93;
     c.layers_per_block = 12;
     c.shape_only = true;
+    return c;
+  }
+  if (name == "exact" || name == "exact-wide") {
+    // 16 layers in blocks of 4 over a 2-channel stream; see kernels/exact.h.
+    c.kind = ModelKind::Exact;
+    c.n_layers = 16;
+    c.layers_per_block = 4;
+    c.dim = 2;
+    c.n_heads = 1;
+    c.vocab = 8;
+    if (name == "exact-wide") c.exact_offset = int64_t{1} << 25;
     return c;
   }
   std::string known;

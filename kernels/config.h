@@ -18,10 +18,14 @@ class ConfigError : public std::invalid_argument {
 };
 
 enum class MixerKind { KDA, MLA };
+// BlockAttnRes: the real decoder. Exact: the integer-valued model of the closed forms
+// (kernels/exact.h), with the same units, blocks and stack as the real one.
+enum class ModelKind { BlockAttnRes, Exact };
 enum class FfnKind { Dense, MoE };
 
 struct ModelConfig {
   std::string name;
+  ModelKind kind = ModelKind::BlockAttnRes;
   int n_layers = 17;
   int layers_per_block = 4;  // lpb: layer l opens a block when l % lpb == 0
   int dim = 256;
@@ -49,6 +53,10 @@ struct ModelConfig {
   int n_shared = 2;
   int expert_hidden = 128;
 
+  // Exact flavors: added to the initial channel-1 constant of every layer. exact-wide uses
+  // 2^25, so its activations need more than fp32's 24 significand bits (fp64 only).
+  int64_t exact_offset = 0;
+
   // True for flavors that exist only for shape work (routing tables, volume): no weights.
   bool shape_only = false;
 
@@ -59,7 +67,7 @@ struct ModelConfig {
   int n_blocks() const { return (n_layers - 1) / layers_per_block + 1; }
 };
 
-// Flavors: "debugmodel", "tiny", "k3shape". Throws ConfigError naming the known ones.
+// Flavors: "debugmodel", "tiny", "k3shape", "exact", "exact-wide". Throws ConfigError naming the known ones.
 ModelConfig flavor(const std::string& name);
 std::vector<std::string> flavor_names();
 

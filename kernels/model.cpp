@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "kernels/exact.h"
 #include "kernels/mla.h"
 #include "kernels/moe.h"
 #include "kernels/ops.h"
@@ -64,6 +65,8 @@ at::Tensor run_ffn(const ModelConfig& c, int l, const NamedTensors& w,
 LayerState Model::layer(int l, const NamedTensors& w, const NamedTensors& buffers,
                         const LayerState& in) const {
   const std::string p = "layers." + std::to_string(l) + ".";
+  if (cfg_.kind == ModelKind::Exact)
+    return exact_layer(cfg_, l, w.at(p + "add.weight"), w.at(p + "read.weight"), in);
   const bool opens = cfg_.opens_block(l);
   at::Tensor prefix = in.x_BTD;
   at::Tensor x = in.x_BTD;
@@ -87,11 +90,17 @@ at::Tensor Model::head_logits(const NamedTensors& w, const LayerState& in) const
   return project(rms_norm(h, w.at("norm.weight"), cfg_.norm_eps), w.at("output.weight"));
 }
 
+at::Tensor Model::head_loss_sum(const NamedTensors& w, const LayerState& in,
+                                const at::Tensor& labels) const {
+  if (cfg_.kind == ModelKind::Exact) return exact_head_loss_sum(in, w.at("output.weight"), labels);
+  return cross_entropy_sum(head_logits(w, in), labels);
+}
+
 at::Tensor Model::loss_sum(const NamedTensors& w, const NamedTensors& buffers,
                            const at::Tensor& tokens, const at::Tensor& labels) const {
   auto s = embed(w, tokens);
   for (int l = 0; l < cfg_.n_layers; ++l) s = layer(l, w, buffers, s);
-  return cross_entropy_sum(head_logits(w, s), labels);
+  return head_loss_sum(w, s, labels);
 }
 
 }  // namespace parity::kernels

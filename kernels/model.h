@@ -14,6 +14,7 @@
 //   h = ffn(ffn_norm(h))                          dense SwiGLU (layer 0) or MoE
 //   return prefix + h, stack
 // Head: attn_res(stack, x, output_res_proj, output_res_norm) -> norm -> output (LM head).
+// The exact flavors (kernels/exact.h) swap the layer and head for integer-valued ones.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -52,7 +53,12 @@ class Model {
   // Output aggregation, final norm and LM head: logits_BTV in the stream dtype.
   at::Tensor head_logits(const NamedTensors& w, const LayerState& in) const;
 
-  // The whole forward: the sum over tokens of the cross-entropy, a scalar in acc.
+  // The head and the loss: the sum over the micro-batch's tokens of the cross-entropy (the
+  // exact flavors: their linear loss), a scalar in the accumulation dtype.
+  at::Tensor head_loss_sum(const NamedTensors& w, const LayerState& in,
+                           const at::Tensor& labels_BT) const;
+
+  // The whole forward: embed, every layer, head_loss_sum.
   at::Tensor loss_sum(const NamedTensors& w, const NamedTensors& buffers,
                       const at::Tensor& tokens_BT, const at::Tensor& labels_BT) const;
 

@@ -42,6 +42,24 @@ void AdamW::step(std::vector<at::Tensor>& params, const std::vector<at::Tensor>&
   }
 }
 
+Optimizer::Optimizer(OptimizerKind kind, AdamWConfig adamw, double sgd_lr,
+                     const std::vector<at::Tensor>& params)
+    : kind_(kind),
+      sgd_lr_(sgd_lr),
+      adamw_(adamw, kind == OptimizerKind::AdamW ? params : std::vector<at::Tensor>{}) {}
+
+double Optimizer::lr(int64_t step) const {
+  return kind_ == OptimizerKind::SGD ? sgd_lr_ : learning_rate(adamw_.config(), step);
+}
+
+void Optimizer::step(std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                     int64_t step, const std::vector<bool>& frozen) {
+  if (kind_ == OptimizerKind::AdamW) return adamw_.step(params, grads, step, frozen);
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < params.size(); ++i)
+    if (i >= frozen.size() || !frozen[i]) params[i].sub_(grads[i], sgd_lr_);
+}
+
 ClipOrder parse_clip_order(const std::string& s) {
   if (s == "single") return ClipOrder::Single;
   if (s == "per-rank") return ClipOrder::PerRank;

@@ -37,6 +37,24 @@ class AdamW {
   std::vector<at::Tensor> m_, v_;
 };
 
+// Which update rule a run uses. SGD is plain p -= lr * g at a constant lr (no momentum, no
+// decay): the exact flavors use it with a power-of-two lr, so every update is exact.
+enum class OptimizerKind { AdamW, SGD };
+
+class Optimizer {
+ public:
+  Optimizer(OptimizerKind kind, AdamWConfig adamw, double sgd_lr,
+            const std::vector<at::Tensor>& params);
+  void step(std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads, int64_t step,
+            const std::vector<bool>& frozen = {});
+  double lr(int64_t step) const;  // the rate step `step` uses
+
+ private:
+  OptimizerKind kind_;
+  double sgd_lr_;
+  AdamW adamw_;
+};
+
 // Order of the total-norm reduction.
 //   single:   n_p = ||g_p||_2 for every parameter, then ||stack(n_p in FQN order)||_2
 //             (the single-device clip_grad_norm_ order).

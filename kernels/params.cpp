@@ -6,6 +6,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "kernels/exact.h"
+
 namespace parity::kernels {
 
 int64_t ParamSpec::numel() const {
@@ -92,6 +94,7 @@ uint64_t fnv1a(const std::string& s, uint64_t h) {
 }  // namespace
 
 std::vector<ParamSpec> param_specs(const ModelConfig& c) {
+  if (c.kind == ModelKind::Exact) return exact_param_specs(c);
   std::vector<ParamSpec> out;
   const int64_t D = c.dim;
   SpecList s{out, -1};
@@ -123,6 +126,7 @@ std::vector<ParamSpec> param_specs(const ModelConfig& c) {
 
 std::vector<ParamSpec> buffer_specs(const ModelConfig& c) {
   std::vector<ParamSpec> out;
+  if (c.kind == ModelKind::Exact) return out;
   for (int l = 0; l < c.n_layers; ++l)
     if (c.ffn(l) == FfnKind::MoE)
       out.push_back(ParamSpec{"layers." + std::to_string(l) + ".moe.selection_bias",
@@ -154,6 +158,7 @@ static at::Tensor init_one(const ParamSpec& s, uint64_t seed) {
     case Init::Normal: return at::empty(s.shape, opts).normal_(0.0, s.std, gen);
     case Init::Uniform: return at::empty(s.shape, opts).uniform_(-s.std, s.std, gen);
     case Init::ALogRange: return at::empty(s.shape, opts).uniform_(1.0, 16.0, gen).log_();
+    case Init::Exact: break;  // init_params fills these from exact_init
   }
   return {};
 }
@@ -167,7 +172,7 @@ NamedTensors init_params(const ModelConfig& cfg, uint64_t seed) {
   std::vector<at::Tensor> tensors;
   for (const auto& s : param_specs(cfg)) {
     names.push_back(s.fqn);
-    tensors.push_back(init_one(s, seed));
+    tensors.push_back(s.init == Init::Exact ? exact_init(cfg, s) : init_one(s, seed));
   }
   return NamedTensors(std::move(names), std::move(tensors));
 }

@@ -23,6 +23,7 @@ enum class Init {
   Zeros,      // AttnRes pseudo-queries (uniform mix at step 0), dt_bias
   Uniform,    // U(-std, std): depthwise conv taps
   ALogRange,  // log(U(1, 16)): KDA decay rates
+  Exact,      // the exact flavors' fixed small integers (kernels/exact.h), in fp64
 };
 
 // The pipeline's units: the embedding, each layer, the head. unit = -1 for the embedding,
@@ -64,7 +65,7 @@ class NamedTensors {
   std::unordered_map<std::string, size_t> index_;
 };
 
-// Deterministic fp32 initialisation on the CPU. Each tensor draws from its own generator
+// Deterministic fp32 initialisation on the CPU (fp64 for the exact flavors). Each tensor draws from its own generator
 // seeded by (seed, fqn), so a tensor's values do not depend on which others exist.
 NamedTensors init_params(const ModelConfig& cfg, uint64_t seed);
 NamedTensors init_buffers(const ModelConfig& cfg);

@@ -112,7 +112,11 @@ std::vector<at::Tensor> GradAccumulator::finish() {
   return out;
 }
 
-void finish_step(const TrainConfig& cfg, int64_t step, AdamW& optimizer, NamedTensors& master,
+Optimizer make_optimizer(const TrainConfig& cfg, const NamedTensors& master) {
+  return Optimizer(cfg.optimizer, cfg.adamw, cfg.sgd_lr, master.tensors());
+}
+
+void finish_step(const TrainConfig& cfg, int64_t step, Optimizer& optimizer, NamedTensors& master,
                  std::vector<at::Tensor> grads, const at::Tensor& loss,
                  const std::vector<at::Tensor>& mb_losses, int64_t tokens,
                  std::chrono::steady_clock::time_point t0, StepObserver& observer) {
@@ -130,7 +134,7 @@ void finish_step(const TrainConfig& cfg, int64_t step, AdamW& optimizer, NamedTe
 
   StepRecord rec;
   rec.step = step;
-  rec.lr = learning_rate(cfg.adamw, step);
+  rec.lr = optimizer.lr(step);
   rec.loss = loss;
   rec.grad_norm = norm;
   rec.mb_losses = mb_losses;

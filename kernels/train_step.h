@@ -1,6 +1,6 @@
 // What both trainers share around the model: the training configuration of the numerics
 // contract (DESIGN.md section 3), compute copies, gradient accumulation and the end of a step
-// (loss reduction, total norm, clipping, AdamW, the step record). Sharing it is what makes a
+// (loss reduction, total norm, clipping, the optimizer, the step record). Sharing it is what makes a
 // difference between the trainers the pipeline's doing and nothing else.
 #pragma once
 
@@ -40,8 +40,13 @@ struct TrainConfig {
   // The embedding gets no gradient and no update (as under LoRA): block 0 then has nothing
   // trainable upstream, and its gradient deposits are discarded.
   bool freeze_embedding = false;
+  OptimizerKind optimizer = OptimizerKind::AdamW;
   AdamWConfig adamw;
+  double sgd_lr = 1.0;  // SGD's constant rate
 };
+
+// The optimizer a configuration asks for, over the master parameters.
+Optimizer make_optimizer(const TrainConfig& cfg, const NamedTensors& master);
 
 constexpr const char* kEmbeddingFqn = "tok_embeddings.weight";
 
@@ -84,8 +89,8 @@ class GradAccumulator {
 };
 
 // The end of a step, identical in both trainers: logged loss = stack(mb_losses).sum() (one
-// reduction), total norm in the configured order, clipping, AdamW, the observer's record.
-void finish_step(const TrainConfig& cfg, int64_t step, AdamW& optimizer, NamedTensors& master,
+// reduction), total norm in the configured order, clipping, the update, the observer's record.
+void finish_step(const TrainConfig& cfg, int64_t step, Optimizer& optimizer, NamedTensors& master,
                  std::vector<at::Tensor> grads, const at::Tensor& loss,
                  const std::vector<at::Tensor>& mb_losses, int64_t tokens,
                  std::chrono::steady_clock::time_point t0, StepObserver& observer);

@@ -69,10 +69,4 @@ Fault parse_fault(const std::string& spec) {
   return f;
 }
 
-bool any_fault(const std::vector<Fault>& faults, FaultKind k, int stage, int block, int mb) {
-  for (const auto& f : faults)
-    if (f.matches(k, stage, block, mb)) return true;
-  return false;
-}
-
 }  // namespace parity::pipelined

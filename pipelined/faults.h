@@ -3,13 +3,16 @@
 //
 //   drop-deposit       the reader at `stage` does not deposit block `block`'s gradient
 //   duplicate-deposit  it deposits it twice
-//   misroute           it deposits it under a neighbouring block
+//   misroute           it deposits it under a neighbouring block it also deposits (a no-op
+//                      when it deposits no neighbour)
 //   skip-collect       the owner at `stage` drops block `block`'s deposits instead of adding them
 //   stale-block        the reader at `stage` reads block `block` of another micro-batch from the
 //                      store (cached transport only; a no-op when the store holds no other
 //                      micro-batch's copy at that moment)
 // Each applies to micro-batch `mb`, or to every micro-batch when mb is -1. Runs with faults
-// skip the deposit count check (which would stop them) unless a test asks for it.
+// skip the deposit count check (which would stop them) unless a test asks for it. The trainer
+// counts how often each fault fired; one that never fired named a place with nothing to break
+// (the CLI says so).
 #pragma once
 
 #include <string>
@@ -34,6 +37,5 @@ struct Fault {
 // part it cannot read and the kinds it knows.
 Fault parse_fault(const std::string& spec);
 
-bool any_fault(const std::vector<Fault>& faults, FaultKind k, int stage, int block, int mb);
 
 }  // namespace parity::pipelined

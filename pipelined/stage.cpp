@@ -35,6 +35,16 @@ const Blocks& StageRunner::recv_blocks() const {
   return ctx_->cache ? route().recv_cached : route().recv_naive;
 }
 
+bool StageRunner::fires(FaultKind k, int block, int mb) {
+  bool hit = false;
+  for (size_t i = 0; i < ctx_->faults.size(); ++i)
+    if (ctx_->faults[i].matches(k, stage_, block, mb)) {
+      hit = true;
+      if (i < ctx_->fault_hits.size()) ++ctx_->fault_hits[i];
+    }
+  return hit;
+}
+
 bool StageRunner::forward_ready(int mb) const {
   if (stage_ == 0) return true;
   return ctx_->transport->ready(ctx_->tables->rank_of(stage_ - 1),
@@ -70,12 +80,11 @@ void StageRunner::forward(int mb) {
     for (int b : r.entry) {
       if (ctx_->cache && contains(r.held_at_entry, b)) {
         int from_mb = mb;
-        if (any_fault(ctx_->faults, FaultKind::StaleBlock, stage_, b, mb))
-          for (int other : {mb - 1, mb + 1, mb - 2, mb + 2})
-            if (store.has(other, b)) {
-              from_mb = other;
-              break;
-            }
+        for (int other : {mb - 1, mb + 1, mb - 2, mb + 2})
+          if (store.has(other, b)) {
+            if (fires(FaultKind::StaleBlock, b, mb)) from_mb = other;
+            break;
+          }
         cols.push_back(store.get(from_mb, b, stage_));
       } else {
         if (w >= wire.size() || wire[w] != b)
@@ -103,9 +112,7 @@ void StageRunner::forward(int mb) {
     for (int b : r.stores) store.put(mb, b, state.stack_BTND.select(2, b).detach());
 
   if (split.has_head(stage_)) {
-    sv.loss = kernels::cross_entropy_sum(model.head_logits(*ctx_->weights, state),
-                                         ctx_->labels[mb]) /
-              ctx_->n_global;
+    sv.loss = model.head_loss_sum(*ctx_->weights, state, ctx_->labels[mb]) / ctx_->n_global;
     losses_[mb] = sv.loss.detach();
   } else {
     std::vector<at::Tensor> payload{state.x_BTD};
@@ -151,7 +158,7 @@ void StageRunner::backward(int mb) {
       for (int b : owned) {
         auto deps = store.collect(mb, b, ctx_->check_deposit_counts ? r.deposits_expected(b) : -1,
                                   stage_);
-        if (any_fault(ctx_->faults, FaultKind::SkipCollect, stage_, b, mb)) continue;
+        if (fires(FaultKind::SkipCollect, b, mb)) continue;
         auto col = g_stack.select(2, b);
         for (const auto& d : deps) col.add_(d);
       }
@@ -180,12 +187,13 @@ void StageRunner::backward(int mb) {
   if (ctx_->cache) {
     for (int b : r.deposits) {
       auto d = g_in.select(2, b).contiguous();
-      const auto& f = ctx_->faults;
-      if (any_fault(f, FaultKind::DropDeposit, stage_, b, mb)) continue;
+      if (fires(FaultKind::DropDeposit, b, mb)) continue;
       int to_block = b;
-      if (any_fault(f, FaultKind::Misroute, stage_, b, mb))  // a neighbouring block it also read
-        to_block = contains(r.deposits, b + 1) ? b + 1 : (contains(r.deposits, b - 1) ? b - 1 : b);
-      if (any_fault(f, FaultKind::DuplicateDeposit, stage_, b, mb))
+      const int neighbour =
+          contains(r.deposits, b + 1) ? b + 1 : (contains(r.deposits, b - 1) ? b - 1 : b);
+      if (neighbour != b && fires(FaultKind::Misroute, b, mb))  // a block it also read
+        to_block = neighbour;
+      if (fires(FaultKind::DuplicateDeposit, b, mb))
         store.deposit(mb, to_block, stage_, d.clone());
       store.deposit(mb, to_block, stage_, d);
     }

@@ -51,6 +51,7 @@ struct StepContext {
   double n_global = 1;                       // label tokens of the whole step
   bool training = true;                      // false: forward-only (no graph, no backward)
   std::vector<Fault> faults;                 // injected routing bugs (see faults.h)
+  std::vector<int64_t> fault_hits;           // per fault: how often it fired this step
   bool check_deposit_counts = true;          // off when faults are injected on purpose
 };
 
@@ -74,6 +75,8 @@ class StageRunner {
   bool last() const;
   const Blocks& send_blocks() const;
   const Blocks& recv_blocks() const;
+  // Whether an injected fault of kind k applies here to (block, mb); counts it as fired.
+  bool fires(FaultKind k, int block, int mb);
 
   struct Saved {
     at::Tensor h_leaf, stack_leaf;  // inputs (undefined on the embedding stage)

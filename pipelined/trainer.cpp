@@ -33,7 +33,7 @@ PipelinedTrainer::PipelinedTrainer(kernels::TrainConfig cfg, PipelineConfig pc,
       schedule_(make_schedule(pc_.schedule, pc_.pp, pc_.vp, cfg_.microbatches)),
       master_(kernels::make_masters(cfg_, init)),
       buffers_(kernels::make_buffers(cfg_)),
-      optimizer_(cfg_.adamw, master_.tensors()) {
+      optimizer_(kernels::make_optimizer(cfg_, master_)) {
   if (cfg_.dp != 1)
     throw std::invalid_argument("the pipelined trainer runs dp 1 for now; use --dp 1");
   dry_run(schedule_);
@@ -123,6 +123,8 @@ void PipelinedTrainer::execute(StepContext& ctx, const std::vector<std::vector<A
   if (!mail.empty()) throw ProtocolError("messages left undelivered after the step");
   losses.clear();
   for (int m = 0; m < cfg_.microbatches; ++m) losses.push_back(stages.back().loss(m));
+  fault_hits_.resize(pc_.faults.size());
+  for (size_t i = 0; i < ctx.fault_hits.size(); ++i) fault_hits_[i] += ctx.fault_hits[i];
 
   stats_ = PipelineStats{};
   for (const auto& st : stores) stats_.store_high_water.push_back(st.high_water_microbatches());
@@ -148,6 +150,7 @@ StepContext PipelinedTrainer::context(const kernels::NamedTensors& weights, cons
   ctx.training = training;
   if (training) {
     ctx.faults = pc_.faults;
+    ctx.fault_hits.assign(pc_.faults.size(), 0);
     ctx.check_deposit_counts = pc_.check_deposit_counts;
   }
   return ctx;

@@ -59,6 +59,8 @@ class PipelinedTrainer {
   const Schedule& schedule() const { return schedule_; }
   const kernels::NamedTensors& master() const { return master_; }
   const PipelineStats& last_stats() const { return stats_; }
+  // Per injected fault (PipelineConfig::faults), how often it fired so far in this run.
+  const std::vector<int64_t>& fault_hits() const { return fault_hits_; }
   kernels::RunInfo run_info() const;
   // The pipeline rank that owns each parameter (FQN order).
   std::vector<int> param_ranks() const;
@@ -85,9 +87,10 @@ class PipelinedTrainer {
   Schedule schedule_;
   kernels::NamedTensors master_;
   kernels::NamedTensors buffers_;
-  kernels::AdamW optimizer_;
+  kernels::Optimizer optimizer_;
   std::vector<std::vector<size_t>> stage_params_;  // parameter indices per stage
   PipelineStats stats_;
+  std::vector<int64_t> fault_hits_;
 };
 
 }  // namespace parity::pipelined

@@ -18,7 +18,7 @@ ReferenceTrainer::ReferenceTrainer(TrainConfig cfg, const NamedTensors& init,
       data_(data),
       master_(kernels::make_masters(cfg_, init)),
       buffers_(kernels::make_buffers(cfg_)),
-      optimizer_(cfg_.adamw, master_.tensors()) {}
+      optimizer_(kernels::make_optimizer(cfg_, master_)) {}
 
 kernels::RunInfo ReferenceTrainer::run_info() const {
   return kernels::make_run_info(cfg_, "reference", data_.seq_len(), master_.names());
@@ -31,9 +31,37 @@ void ReferenceTrainer::run(kernels::StepObserver& observer) {
   observer.on_end();
 }
 
+std::pair<at::Tensor, at::Tensor> ReferenceTrainer::microbatch(int64_t s, int r, int m) const {
+  const int64_t T = data_.seq_len();
+  const datasets::BatchShape shape{cfg_.dp, cfg_.microbatches, cfg_.rows};
+  std::vector<int64_t> inputs, labels;
+  auto rows =
+      datasets::microbatch_rows(shape, data_.num_rows(), s, r, m, cfg_.reverse_microbatches);
+  datasets::fill_microbatch(data_, rows, inputs, labels);
+  const auto opts = torch::TensorOptions().dtype(torch::kLong);
+  const auto device = torch::Device(cfg_.device);
+  return {torch::from_blob(inputs.data(), {cfg_.rows, T}, opts).to(device, false, true),
+          torch::from_blob(labels.data(), {cfg_.rows, T}, opts).to(device, false, true)};
+}
+
+std::vector<at::Tensor> ReferenceTrainer::forward_only(int64_t s) {
+  torch::NoGradGuard no_grad;
+  auto compute = kernels::make_compute_copies(cfg_, master_);
+  const NamedTensors weights(master_.names(), compute);
+  const int64_t n_global =
+      static_cast<int64_t>(cfg_.dp) * cfg_.microbatches * cfg_.rows * data_.seq_len();
+  std::vector<at::Tensor> losses;
+  for (int r = 0; r < cfg_.dp; ++r)
+    for (int m = 0; m < cfg_.microbatches; ++m) {
+      auto [tok, lab] = microbatch(s, r, m);
+      losses.push_back(model_.loss_sum(weights, buffers_, tok, lab) /
+                       static_cast<double>(n_global));
+    }
+  return losses;
+}
+
 void ReferenceTrainer::step(int64_t s, kernels::StepObserver& observer) {
   const auto t0 = std::chrono::steady_clock::now();
-  const auto device = torch::Device(cfg_.device);
   const size_t P = master_.size();
   std::vector<size_t> all(P);
   for (size_t i = 0; i < P; ++i) all[i] = i;
@@ -41,24 +69,17 @@ void ReferenceTrainer::step(int64_t s, kernels::StepObserver& observer) {
   auto compute = kernels::make_compute_copies(cfg_, master_);
   const NamedTensors weights(master_.names(), compute);
 
-  const int64_t T = data_.seq_len();
-  const datasets::BatchShape shape{cfg_.dp, cfg_.microbatches, cfg_.rows};
-  const int64_t n_global = static_cast<int64_t>(cfg_.dp) * cfg_.microbatches * cfg_.rows * T;
+  const int64_t n_global =
+      static_cast<int64_t>(cfg_.dp) * cfg_.microbatches * cfg_.rows * data_.seq_len();
 
   std::vector<at::Tensor> grads;      // summed over dp replicas, rank order
   std::vector<at::Tensor> mb_losses;  // execution order over all replicas
   at::Tensor loss;
-  std::vector<int64_t> inputs, labels;
   for (int r = 0; r < cfg_.dp; ++r) {
     kernels::GradAccumulator acc(cfg_, master_, compute);
     std::vector<at::Tensor> replica_losses;
     for (int m = 0; m < cfg_.microbatches; ++m) {
-      auto rows = datasets::microbatch_rows(shape, data_.num_rows(), s, r, m,
-                                            cfg_.reverse_microbatches);
-      datasets::fill_microbatch(data_, rows, inputs, labels);
-      auto opts = torch::TensorOptions().dtype(torch::kLong);
-      auto tok = torch::from_blob(inputs.data(), {cfg_.rows, T}, opts).to(device);
-      auto lab = torch::from_blob(labels.data(), {cfg_.rows, T}, opts).to(device);
+      auto [tok, lab] = microbatch(s, r, m);
       auto l_m = model_.loss_sum(weights, buffers_, tok, lab) / static_cast<double>(n_global);
       l_m.backward();
       replica_losses.push_back(l_m.detach());

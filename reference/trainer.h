@@ -21,6 +21,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "datasets/rows.h"
@@ -47,19 +48,26 @@ class ReferenceTrainer {
   // Runs cfg.steps steps, reporting each to the observer.
   void run(kernels::StepObserver& observer);
 
+  // One step (1-based), reported to the observer.
+  void step(int64_t s, kernels::StepObserver& observer);
+  // A forward-only pass (eval) over step `s`'s micro-batches with the current parameters:
+  // the micro-batch losses, replicas in rank order.
+  std::vector<at::Tensor> forward_only(int64_t s);
+
   const TrainConfig& config() const { return cfg_; }
   const kernels::NamedTensors& master() const { return master_; }
   kernels::RunInfo run_info() const;
 
  private:
-  void step(int64_t s, kernels::StepObserver& observer);
+  // Micro-batch m of replica r at step s: tokens and labels [B, T] on the run's device.
+  std::pair<at::Tensor, at::Tensor> microbatch(int64_t s, int r, int m) const;
 
   TrainConfig cfg_;
   kernels::Model model_;
   const datasets::TokenRows& data_;
   kernels::NamedTensors master_;
   kernels::NamedTensors buffers_;
-  kernels::AdamW optimizer_;
+  kernels::Optimizer optimizer_;
 };
 
 }  // namespace parity::reference

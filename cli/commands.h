@@ -28,5 +28,6 @@ Command add_layout_command(CLI::App& app);
 Command add_schedule_command(CLI::App& app);
 Command add_compare_command(CLI::App& app);
 Command add_closed_form_command(CLI::App& app);
+Command add_localise_command(CLI::App& app);
 
 }  // namespace parity::cli

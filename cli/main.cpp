@@ -42,7 +42,8 @@ int main(int argc, char** argv) {
   std::map<CLI::App*, std::function<int()>> actions;
   for (auto add : {cli::add_model_command, cli::add_init_command, cli::add_train_command,
                    cli::add_bench_command, cli::add_layout_command, cli::add_schedule_command,
-                   cli::add_compare_command, cli::add_closed_form_command}) {
+                   cli::add_compare_command, cli::add_closed_form_command,
+                   cli::add_localise_command}) {
     auto cmd = add(app);
     actions[cmd.app] = cmd.run;
   }

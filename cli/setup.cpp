@@ -62,6 +62,9 @@ void add_run_options(CLI::App& cmd, RunOptions& o) {
                "feed each step's micro-batches in reverse order");
   cmd.add_flag("--freeze-embedding", o.freeze_embedding,
                "no gradient and no update for the embedding");
+  cmd.add_flag("--ledger", o.ledger,
+               "record each stack read's gradient contribution, block gradients, hop hashes, "
+               "deposits and collections; stored in the dump's steps (for `parity localise`)");
   cmd.add_option("--inject", o.inject,
                  "inject a routing bug (pipelined, cache on): KIND:block=B,stage=S[,mb=M], "
                  "KIND drop-deposit|duplicate-deposit|misroute|skip-collect|stale-block; "
@@ -189,6 +192,7 @@ kernels::TrainConfig train_config(const RunOptions& o) {
                                           o.pp);
   c.reverse_microbatches = o.reverse_microbatches;
   c.freeze_embedding = o.freeze_embedding;
+  c.ledger = o.ledger;
   c.adamw.lr = o.lr;
   c.adamw.warmup_steps = o.warmup;
   return c;

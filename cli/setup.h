@@ -46,6 +46,7 @@ struct RunOptions {
   double max_norm = 1.0;
   bool reverse_microbatches = false;
   bool freeze_embedding = false;
+  bool ledger = false;  // record the contribution ledger (dumped with --dump)
   std::vector<std::string> inject;  // fault specs, pipelined trainer only
 };
 

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "kernels/ledger.h"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -43,6 +45,51 @@ h5::DType dtype_of(const at::Tensor& t) {
 void write_tensor(h5::File& f, const std::string& path, const at::Tensor& t) {
   auto c = t.detach().to(at::kCPU).contiguous();
   h5::write(f, path, dtype_of(c), c.sizes().vec(), c.data_ptr());
+}
+
+std::string hex(uint64_t h) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+// The ledger layout of compare/ledger_dump.h.
+void write_ledger(h5::File& f, const std::string& g, const kernels::Ledger& l) {
+  nlohmann::json reads = nlohmann::json::array(), commits = nlohmann::json::array();
+  nlohmann::json hops = nlohmann::json::array(), events = nlohmann::json::array();
+  std::map<std::pair<int, int>, std::vector<at::Tensor>> rows;
+  for (const auto& r : l.reads) {
+    int row = -1;
+    if (r.grad.defined()) {
+      auto& v = rows[{r.mb, r.block}];
+      row = static_cast<int>(v.size());
+      v.push_back(r.grad);
+    }
+    reads.push_back({{"mb", r.mb}, {"block", r.block}, {"reader", r.reader}, {"unit", r.unit},
+                     {"hash", hex(r.hash)}, {"row", row}});
+  }
+  for (const auto& c : l.commits) {
+    commits.push_back({{"mb", c.mb}, {"block", c.block}, {"unit", c.unit}, {"hash", hex(c.hash)},
+                       {"grad", c.grad.defined()}});
+    if (c.grad.defined())
+      write_tensor(f, g + "/mb" + std::to_string(c.mb) + "/b" + std::to_string(c.block) + "/grad",
+                   c.grad);
+  }
+  for (const auto& [key, v] : rows)
+    write_tensor(f,
+                 g + "/mb" + std::to_string(key.first) + "/b" + std::to_string(key.second) +
+                     "/contributions",
+                 at::stack(v));
+  for (const auto& h : l.hops)
+    hops.push_back({{"mb", h.mb}, {"from", h.from}, {"to", h.to}, {"dir", h.forward ? "F" : "B"},
+                    {"tensor", h.tensor}, {"hash", hex(h.hash)}});
+  for (const auto& e : l.events)
+    events.push_back({{"kind", e.kind}, {"mb", e.mb}, {"block", e.block}, {"stage", e.stage},
+                      {"count", e.count}});
+  const std::string text =
+      nlohmann::json{{"reads", reads}, {"commits", commits}, {"hops", hops}, {"events", events}}
+          .dump();
+  h5::write(f, g + "/index.json", h5::DType::U8, {static_cast<int64_t>(text.size())}, text.data());
 }
 
 }  // namespace
@@ -128,6 +175,7 @@ void DumpWriter::on_step(const kernels::StepRecord& r) {
     write_tensor(f, g + "/grads/" + names.at(i), (*r.grads)[i]);
     write_tensor(f, g + "/params/" + names.at(i), (*r.params)[i]);
   }
+  if (r.ledger) write_ledger(f, g + "/ledger", *r.ledger);
 }
 
 void DumpWriter::on_end() { finish(/*complete=*/true); }
@@ -242,9 +290,7 @@ void check_parses_safely(const std::string& path) {
 
 }  // namespace
 
-Dump read_dump(const std::string& path) {
-  Dump d;
-  d.source = path;
+std::vector<std::string> dump_files(const std::string& path) {
   std::vector<std::string> files;
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
@@ -260,6 +306,13 @@ Dump read_dump(const std::string& path) {
   } else {
     throw DumpError("dump '" + path + "' does not exist; " + remedy());
   }
+  return files;
+}
+
+Dump read_dump(const std::string& path) {
+  Dump d;
+  d.source = path;
+  const auto files = dump_files(path);
   for (size_t i = 0; i < files.size(); ++i) {
     check_parses_safely(files[i]);
     read_file_into(files[i], d, i == 0);

@@ -13,6 +13,7 @@
 //   /step_000001/mb_losses     [M]
 //   /step_000001/grads/<fqn>   the accumulated gradient before clipping (master dtype)
 //   /step_000001/params/<fqn>  the parameter after the step's update (master dtype)
+//   /step_000001/ledger/...    with --ledger: the contribution ledger (compare/ledger_dump.h)
 // Written to a temporary name and renamed; a run that fails still leaves the steps it dumped,
 // with complete = 0.
 #pragma once
@@ -78,6 +79,10 @@ struct Dump {
   std::vector<double> losses, grad_norms;
   std::map<int64_t, StepDump> steps;
 };
+
+// The files of a dump: the file itself, or every rank*.h5 in a directory, sorted. Throws
+// DumpError when there are none.
+std::vector<std::string> dump_files(const std::string& path);
 
 // Reads a dump file, or every rank*.h5 in a directory merged by FQN (a pipelined run's ranks
 // each hold their stages' tensors). Throws DumpError naming the file and the remedy.

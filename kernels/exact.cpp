@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "kernels/ledger.h"
 #include "kernels/model.h"
 #include "kernels/precision.h"
 
@@ -47,16 +48,18 @@ LayerState exact_layer(const ModelConfig& c, int l, const at::Tensor& add, const
   at::Tensor stack = in.stack_BTND;
   at::Tensor x = in.x_BTD;
   const bool opens = c.opens_block(l);
-  if (opens) stack = at::cat({stack, x.unsqueeze(2)}, 2);
-  auto r = (stack.select(3, 0) * read).sum(-1);  // [B,T]
+  if (opens) stack = at::cat({stack, ledger_commit(x, l / c.layers_per_block, l).unsqueeze(2)}, 2);
+  const auto seen = ledger_read(stack, "layers." + std::to_string(l) + ".read", l);
+  auto r = (seen.select(3, 0) * read).sum(-1);  // [B,T]
   auto h = at::stack({at::zeros_like(r), r}, -1) + add;
   return {opens ? h : x + h, stack};
 }
 
 at::Tensor exact_head_loss_sum(const LayerState& in, const at::Tensor& u,
-                               const at::Tensor& labels) {
+                               const at::Tensor& labels, int head_unit) {
   const auto acc = accum_dtype(in.x_BTD.scalar_type());
-  auto y = in.x_BTD.to(acc) + in.stack_BTND.to(acc).sum(2);  // [B,T,2]
+  const auto seen = ledger_read(in.stack_BTND, "head", head_unit);
+  auto y = in.x_BTD.to(acc) + seen.to(acc).sum(2);  // [B,T,2]
   auto w = 1 - 2 * at::bitwise_and(labels, 1).to(acc);     // +1 even label, -1 odd
   return (w * (y.select(-1, 1) + u.to(acc) * y.select(-1, 0))).sum();
 }

@@ -40,8 +40,9 @@ at::Tensor exact_init(const ModelConfig& c, const ParamSpec& spec);
 LayerState exact_layer(const ModelConfig& c, int l, const at::Tensor& add, const at::Tensor& read,
                        const LayerState& in);
 
-// sum_t loss_t over the micro-batch, a scalar in the accumulation dtype.
+// sum_t loss_t over the micro-batch, a scalar in the accumulation dtype. head_unit names the
+// head's reads in the ledger.
 at::Tensor exact_head_loss_sum(const LayerState& in, const at::Tensor& u,
-                               const at::Tensor& labels_BT);
+                               const at::Tensor& labels_BT, int head_unit);
 
 }  // namespace parity::kernels

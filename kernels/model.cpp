@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kernels/exact.h"
+#include "kernels/ledger.h"
 #include "kernels/mla.h"
 #include "kernels/moe.h"
 #include "kernels/ops.h"
@@ -72,27 +73,30 @@ LayerState Model::layer(int l, const NamedTensors& w, const NamedTensors& buffer
   at::Tensor x = in.x_BTD;
   at::Tensor stack = in.stack_BTND;
   if (stack.size(2) > 0)
-    x = attn_res(stack, prefix, w.at(p + "attn_res_proj.weight"),
+    x = attn_res(ledger_read(stack, p + "attn", l), prefix, w.at(p + "attn_res_proj.weight"),
                  w.at(p + "attn_res_norm.weight"), cfg_.attn_res_eps, opts_.attn_res);
-  if (opens) stack = at::cat({stack, prefix.unsqueeze(2)}, 2);
+  if (opens)
+    stack = at::cat({stack, ledger_commit(prefix, l / cfg_.layers_per_block, l).unsqueeze(2)}, 2);
   auto h = run_mixer(cfg_, opts_, l, w, rms_norm(x, w.at(p + "attention_norm.weight"),
                                                  cfg_.norm_eps));
   prefix = opens ? h : prefix + h;
-  h = attn_res(stack, prefix, w.at(p + "ffn_res_proj.weight"), w.at(p + "ffn_res_norm.weight"),
-               cfg_.attn_res_eps, opts_.attn_res);
+  h = attn_res(ledger_read(stack, p + "ffn", l), prefix, w.at(p + "ffn_res_proj.weight"),
+               w.at(p + "ffn_res_norm.weight"), cfg_.attn_res_eps, opts_.attn_res);
   h = run_ffn(cfg_, l, w, buffers, rms_norm(h, w.at(p + "ffn_norm.weight"), cfg_.norm_eps));
   return {prefix + h, stack};
 }
 
 at::Tensor Model::head_logits(const NamedTensors& w, const LayerState& in) const {
-  auto h = attn_res(in.stack_BTND, in.x_BTD, w.at("output_res_proj.weight"),
-                    w.at("output_res_norm.weight"), cfg_.attn_res_eps, opts_.attn_res);
+  auto h = attn_res(ledger_read(in.stack_BTND, "head", cfg_.n_layers), in.x_BTD,
+                    w.at("output_res_proj.weight"), w.at("output_res_norm.weight"),
+                    cfg_.attn_res_eps, opts_.attn_res);
   return project(rms_norm(h, w.at("norm.weight"), cfg_.norm_eps), w.at("output.weight"));
 }
 
 at::Tensor Model::head_loss_sum(const NamedTensors& w, const LayerState& in,
                                 const at::Tensor& labels) const {
-  if (cfg_.kind == ModelKind::Exact) return exact_head_loss_sum(in, w.at("output.weight"), labels);
+  if (cfg_.kind == ModelKind::Exact)
+    return exact_head_loss_sum(in, w.at("output.weight"), labels, cfg_.n_layers);
   return cross_entropy_sum(head_logits(w, in), labels);
 }
 

@@ -13,6 +13,8 @@
 
 namespace parity::kernels {
 
+class Ledger;
+
 struct RunInfo {
   std::string trainer;  // "reference" | "pipelined"
   std::string flavor;
@@ -42,6 +44,7 @@ struct StepRecord {
   // Set only when the observer asked for them (wants_tensors):
   const std::vector<at::Tensor>* grads = nullptr;   // accumulated, before clipping (FQN order)
   const std::vector<at::Tensor>* params = nullptr;  // master parameters after the update
+  const Ledger* ledger = nullptr;  // ledger mode only: the step's contributions (ledger.h)
 };
 
 class StepObserver {

@@ -119,7 +119,8 @@ Optimizer make_optimizer(const TrainConfig& cfg, const NamedTensors& master) {
 void finish_step(const TrainConfig& cfg, int64_t step, Optimizer& optimizer, NamedTensors& master,
                  std::vector<at::Tensor> grads, const at::Tensor& loss,
                  const std::vector<at::Tensor>& mb_losses, int64_t tokens,
-                 std::chrono::steady_clock::time_point t0, StepObserver& observer) {
+                 std::chrono::steady_clock::time_point t0, StepObserver& observer,
+                 const Ledger* ledger) {
   const bool keep = observer.wants_tensors(step);
   std::vector<at::Tensor> grads_before_clip;
   if (keep)
@@ -143,6 +144,7 @@ void finish_step(const TrainConfig& cfg, int64_t step, Optimizer& optimizer, Nam
   if (keep) {
     rec.grads = &grads_before_clip;
     rec.params = &master.tensors();
+    rec.ledger = ledger;
   }
   observer.on_step(rec);
 }

@@ -40,6 +40,8 @@ struct TrainConfig {
   // The embedding gets no gradient and no update (as under LoRA): block 0 then has nothing
   // trainable upstream, and its gradient deposits are discarded.
   bool freeze_embedding = false;
+  // Ledger mode: record every stack read's gradient contribution (kernels/ledger.h).
+  bool ledger = false;
   OptimizerKind optimizer = OptimizerKind::AdamW;
   AdamWConfig adamw;
   double sgd_lr = 1.0;  // SGD's constant rate
@@ -93,6 +95,7 @@ class GradAccumulator {
 void finish_step(const TrainConfig& cfg, int64_t step, Optimizer& optimizer, NamedTensors& master,
                  std::vector<at::Tensor> grads, const at::Tensor& loss,
                  const std::vector<at::Tensor>& mb_losses, int64_t tokens,
-                 std::chrono::steady_clock::time_point t0, StepObserver& observer);
+                 std::chrono::steady_clock::time_point t0, StepObserver& observer,
+                 const Ledger* ledger = nullptr);
 
 }  // namespace parity::kernels

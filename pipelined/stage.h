@@ -31,6 +31,7 @@
 
 #include "kernels/model.h"
 #include "kernels/params.h"
+#include "kernels/ledger.h"
 #include "pipelined/faults.h"
 #include "pipelined/rank_store.h"
 #include "pipelined/routing.h"
@@ -52,6 +53,7 @@ struct StepContext {
   bool training = true;                      // false: forward-only (no graph, no backward)
   std::vector<Fault> faults;                 // injected routing bugs (see faults.h)
   std::vector<int64_t> fault_hits;           // per fault: how often it fired this step
+  kernels::Ledger* ledger = nullptr;         // ledger mode: reads, hops, deposits, collections
   bool check_deposit_counts = true;          // off when faults are injected on purpose
 };
 

@@ -162,12 +162,14 @@ void PipelinedTrainer::step(int64_t s, kernels::StepObserver& observer) {
   const kernels::NamedTensors weights(master_.names(), compute);
   auto b = batch(s);
   auto ctx = context(weights, b, /*training=*/true);
+  ledger_.clear();
+  if (cfg_.ledger) ctx.ledger = &ledger_;
   kernels::GradAccumulator acc(cfg_, master_, compute);
   std::vector<at::Tensor> losses;
   execute(ctx, training_orders(schedule_), &acc, losses);
   auto loss = torch::stack(losses).sum();
   kernels::finish_step(cfg_, s, optimizer_, master_, acc.finish(), loss, losses, b.n_global, t0,
-                       observer);
+                       observer, cfg_.ledger ? &ledger_ : nullptr);
 }
 
 std::vector<at::Tensor> PipelinedTrainer::forward_only(int64_t step) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "datasets/rows.h"
+#include "kernels/ledger.h"
 #include "kernels/train_step.h"
 #include "pipelined/rank_store.h"
 #include "pipelined/routing.h"
@@ -91,6 +92,7 @@ class PipelinedTrainer {
   std::vector<std::vector<size_t>> stage_params_;  // parameter indices per stage
   PipelineStats stats_;
   std::vector<int64_t> fault_hits_;
+  kernels::Ledger ledger_;  // ledger mode: this step's records
 };
 
 }  // namespace parity::pipelined

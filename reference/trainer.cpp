@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <optional>
 
 #include "kernels/config.h"
 
@@ -72,6 +73,7 @@ void ReferenceTrainer::step(int64_t s, kernels::StepObserver& observer) {
   const int64_t n_global =
       static_cast<int64_t>(cfg_.dp) * cfg_.microbatches * cfg_.rows * data_.seq_len();
 
+  ledger_.clear();
   std::vector<at::Tensor> grads;      // summed over dp replicas, rank order
   std::vector<at::Tensor> mb_losses;  // execution order over all replicas
   at::Tensor loss;
@@ -80,6 +82,8 @@ void ReferenceTrainer::step(int64_t s, kernels::StepObserver& observer) {
     std::vector<at::Tensor> replica_losses;
     for (int m = 0; m < cfg_.microbatches; ++m) {
       auto [tok, lab] = microbatch(s, r, m);
+      std::optional<kernels::LedgerScope> scope;
+      if (cfg_.ledger) scope.emplace(&ledger_, r * cfg_.microbatches + m);
       auto l_m = model_.loss_sum(weights, buffers_, tok, lab) / static_cast<double>(n_global);
       l_m.backward();
       replica_losses.push_back(l_m.detach());
@@ -95,7 +99,7 @@ void ReferenceTrainer::step(int64_t s, kernels::StepObserver& observer) {
     for (auto& l : replica_losses) mb_losses.push_back(l);
   }
   kernels::finish_step(cfg_, s, optimizer_, master_, std::move(grads), loss, mb_losses, n_global,
-                       t0, observer);
+                       t0, observer, cfg_.ledger ? &ledger_ : nullptr);
 }
 
 }  // namespace parity::reference

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "datasets/rows.h"
+#include "kernels/ledger.h"
 #include "kernels/model.h"
 #include "kernels/observer.h"
 #include "kernels/optim.h"
@@ -68,6 +69,7 @@ class ReferenceTrainer {
   kernels::NamedTensors master_;
   kernels::NamedTensors buffers_;
   kernels::Optimizer optimizer_;
+  kernels::Ledger ledger_;  // ledger mode: this step's records
 };
 
 }  // namespace parity::reference

@@ -294,4 +294,46 @@ TEST_F(Cli, CompareRefusesMismatchedDumps) {
                         "does not exist");
 }
 
+TEST_F(Cli, ClosedFormPassesExitsOneOnAFaultAndTwoOnBadInput) {
+  auto ok = run("closed-form --dtype bf16 --pp 4 --vp 2 --cache on");
+  EXPECT_EQ(ok.code, 0) << ok.out << ok.err;
+  EXPECT_NE(ok.out.find("closed form: PASS"), std::string::npos) << ok.out;
+  EXPECT_NE(ok.out.find("forward-only pass checked"), std::string::npos) << ok.out;
+  auto ref = run("closed-form --dtype fp64 --wide");
+  EXPECT_EQ(ref.code, 0) << ref.out << ref.err;
+  EXPECT_NE(ref.out.find("reference"), std::string::npos) << ref.out;
+
+  auto bad = run("closed-form --dtype bf16 --pp 2 --vp 2 --inject drop-deposit:block=1,stage=3");
+  EXPECT_EQ(bad.code, 1) << bad.out << bad.err;
+  EXPECT_NE(bad.out.find("DIFFERS step 1 grad"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("closed form: FAIL"), std::string::npos) << bad.out;
+
+  expect_one_line_error(run("closed-form --dtype fp32 --wide"), "--wide needs --dtype fp64");
+  expect_one_line_error(run("closed-form --pp 4 --vp 2 --split \"0-1|2-4\""), "split");
+}
+
+TEST_F(Cli, LocaliseRulesCachedAgainstNaiveOrderOnlyAndAFaultWrong) {
+  const std::string cell = "train --flavor tiny --dtype bf16 --steps 1 --seq-len 16 --quiet "
+                           "--trainer pipelined --pp 2 --vp 2 --ledger --dump-steps 1 --dump ";
+  const auto on = dir_ / "on", off = dir_ / "off", bad = dir_ / "bad";
+  ASSERT_EQ(run(cell + on.string() + " --cache on").code, 0);
+  ASSERT_EQ(run(cell + off.string() + " --cache off").code, 0);
+  ASSERT_EQ(run(cell + bad.string() + " --cache on --inject skip-collect:block=2,stage=1").code, 0);
+
+  auto r = run("localise " + on.string() + " " + off.string() + " --json");
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["counts"]["WRONG"], 0);
+  EXPECT_GT(j["counts"]["ORDER-ONLY"].get<int>(), 0);
+
+  auto f = run("localise " + on.string() + " " + bad.string());
+  EXPECT_EQ(f.code, 1) << f.out;
+  EXPECT_NE(f.out.find("block 2, stage 1: the gradient lacks"), std::string::npos) << f.out;
+  EXPECT_NE(f.out.find("FAILED"), std::string::npos) << f.out;
+
+  const auto plain = dir_ / "plain";
+  ASSERT_EQ(run(std::string(kTinyRun) + " --dump-steps 1 --dump " + plain.string()).code, 0);
+  expect_one_line_error(run("localise " + plain.string() + " " + plain.string()), "--ledger");
+}
+
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include "kernels/ledger.h"
 
@@ -264,15 +265,16 @@ void read_file_into(const std::string& path, Dump& d, bool first) {
 // HDF5 1.10 can crash on a damaged file rather than report an error, so every file is first
 // parsed in a child process: if the child dies, the file is refused; if it finishes (or
 // throws a clean error), the same parse is safe here.
-void check_parses_safely(const std::string& path) {
+}  // namespace
+
+void parse_guarded(const std::string& path, const std::function<void()>& parse) {
   std::fflush(nullptr);
   const pid_t pid = fork();
   if (pid < 0) return;  // cannot fork: read directly
   if (pid == 0) {
     alarm(120);  // a parse that hangs on damaged bytes is killed like one that crashes
     try {
-      Dump scratch;
-      read_file_into(path, scratch, true);
+      parse();
     } catch (...) {
     }
     _exit(0);
@@ -286,6 +288,15 @@ void check_parses_safely(const std::string& path) {
                                                  : "crashed the HDF5 library with signal " +
                                                        std::to_string(WTERMSIG(status))) +
                     "); " + remedy());
+}
+
+namespace {
+
+void check_parses_safely(const std::string& path) {
+  parse_guarded(path, [&] {
+    Dump scratch;
+    read_file_into(path, scratch, true);
+  });
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -79,6 +80,11 @@ struct Dump {
   std::vector<double> losses, grad_norms;
   std::map<int64_t, StepDump> steps;
 };
+
+// Runs `parse` (a read of `path`) in a forked child first, so that bytes that crash or hang
+// the HDF5 library become a DumpError naming the file instead of a crash. Exceptions in the
+// child are ignored: the caller's own read reports them.
+void parse_guarded(const std::string& path, const std::function<void()>& parse);
 
 // The files of a dump: the file itself, or every rank*.h5 in a directory, sorted. Throws
 // DumpError when there are none.

@@ -91,7 +91,16 @@ StepLedger read_ledger(const std::string& dump_path, int64_t step) {
     auto f = h5::File::open_read(p);
     if (!h5::exists(f, ledger_group(step) + "/index.json")) continue;
     any = true;
-    merge_file(p, step, out);
+    parse_guarded(p, [&] {
+      StepLedger scratch;
+      merge_file(p, step, scratch);
+    });
+    try {
+      merge_file(p, step, out);
+    } catch (const h5::Error& e) {
+      throw DumpError("'" + p + "': the ledger of step " + std::to_string(step) +
+                      " cannot be read (" + e.what() + "); regenerate the dump with --ledger");
+    }
   }
   if (!any)
     throw DumpError("dump '" + dump_path + "' has no ledger for step " + std::to_string(step) +

@@ -22,6 +22,11 @@ void add_run_options(CLI::App& cmd, RunOptions& o) {
   cmd.add_option("--dtype", o.dtype, "precision mode: fp32, bf16, fp64")->capture_default_str();
   cmd.add_option("--steps", o.steps, "optimizer steps")->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd.add_option("--dp", o.dp,
+                 "data-parallel replicas, run in-process one after the other on their own rows; "
+                 "gradients summed in rank order after the last micro-batch")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd.add_option("--microbatches", o.microbatches, "micro-batches per step (M)")
       ->capture_default_str()->check(CLI::PositiveNumber);
   cmd.add_option("--batch", o.rows, "rows per micro-batch (B)")->capture_default_str()

@@ -67,7 +67,7 @@ void StageRunner::forward(int mb) {
   std::unique_ptr<at::NoGradGuard> no_grad;
   if (!ctx_->training) no_grad = std::make_unique<at::NoGradGuard>();
   std::optional<kernels::LedgerScope> ledger_scope;
-  if (ctx_->ledger) ledger_scope.emplace(ctx_->ledger, mb);
+  if (ctx_->ledger) ledger_scope.emplace(ctx_->ledger, ctx_->ledger_mb_base + mb);
 
   Saved sv;
   kernels::LayerState state;
@@ -121,8 +121,8 @@ void StageRunner::forward(int mb) {
     std::vector<at::Tensor> payload{state.x_BTD};
     if (!send_blocks().empty()) payload.push_back(columns(state.stack_BTND, send_blocks()));
     if (ctx_->ledger)
-      ctx_->ledger->hops.push_back(
-          {mb, stage_, stage_ + 1, true, "h", kernels::tensor_hash(state.x_BTD)});
+      ctx_->ledger->hops.push_back({ctx_->ledger_mb_base + mb, stage_, stage_ + 1, true, "h",
+                                    kernels::tensor_hash(state.x_BTD)});
     ctx_->transport->send(payload, ctx_->tables->rank_of(stage_ + 1),
                           Tag{stage_, stage_ + 1, mb, true});
   }
@@ -165,7 +165,8 @@ void StageRunner::backward(int mb) {
         auto deps = store.collect(mb, b, ctx_->check_deposit_counts ? r.deposits_expected(b) : -1,
                                   stage_);
         if (ctx_->ledger)
-          ctx_->ledger->events.push_back({"collect", mb, b, stage_, static_cast<int>(deps.size())});
+          ctx_->ledger->events.push_back(
+              {"collect", ctx_->ledger_mb_base + mb, b, stage_, static_cast<int>(deps.size())});
         if (fires(FaultKind::SkipCollect, b, mb)) continue;
         auto col = g_stack.select(2, b);
         for (const auto& d : deps) col.add_(d);
@@ -189,7 +190,8 @@ void StageRunner::backward(int mb) {
   if (!g_in.defined() && sv.stack_leaf.size(2) > 0) g_in = at::zeros_like(sv.stack_leaf);
   std::vector<at::Tensor> payload{g_h};
   if (ctx_->ledger)
-    ctx_->ledger->hops.push_back({mb, stage_, stage_ - 1, false, "dh", kernels::tensor_hash(g_h)});
+    ctx_->ledger->hops.push_back(
+        {ctx_->ledger_mb_base + mb, stage_, stage_ - 1, false, "dh", kernels::tensor_hash(g_h)});
   const auto& wire = recv_blocks();
   if (!wire.empty()) payload.push_back(ctx_->cache ? columns(g_in, wire) : g_in);
   ctx_->transport->send(payload, ctx_->tables->rank_of(stage_ - 1),
@@ -206,7 +208,8 @@ void StageRunner::backward(int mb) {
       const bool twice = fires(FaultKind::DuplicateDeposit, b, mb);
       for (int k = twice ? 2 : 1; k > 0; --k) {
         store.deposit(mb, to_block, stage_, k == 2 ? d.clone() : d);
-        if (ctx_->ledger) ctx_->ledger->events.push_back({"deposit", mb, to_block, stage_, 1});
+        if (ctx_->ledger)
+          ctx_->ledger->events.push_back({"deposit", ctx_->ledger_mb_base + mb, to_block, stage_, 1});
       }
     }
   }

@@ -54,6 +54,7 @@ struct StepContext {
   std::vector<Fault> faults;                 // injected routing bugs (see faults.h)
   std::vector<int64_t> fault_hits;           // per fault: how often it fired this step
   kernels::Ledger* ledger = nullptr;         // ledger mode: reads, hops, deposits, collections
+  int ledger_mb_base = 0;                    // dp replica r records micro-batches r*M + m
   bool check_deposit_counts = true;          // off when faults are injected on purpose
 };
 

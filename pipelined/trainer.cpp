@@ -34,8 +34,7 @@ PipelinedTrainer::PipelinedTrainer(kernels::TrainConfig cfg, PipelineConfig pc,
       master_(kernels::make_masters(cfg_, init)),
       buffers_(kernels::make_buffers(cfg_)),
       optimizer_(kernels::make_optimizer(cfg_, master_)) {
-  if (cfg_.dp != 1)
-    throw std::invalid_argument("the pipelined trainer runs dp 1 for now; use --dp 1");
+  if (cfg_.dp < 1) throw kernels::ConfigError("--dp must be at least 1");
   dry_run(schedule_);
   if (pc_.cache) {
     std::vector<int> map;
@@ -71,7 +70,7 @@ void PipelinedTrainer::run(kernels::StepObserver& observer) {
   observer.on_end();
 }
 
-PipelinedTrainer::Batch PipelinedTrainer::batch(int64_t step) const {
+PipelinedTrainer::Batch PipelinedTrainer::batch(int64_t step, int replica) const {
   const auto device = torch::Device(cfg_.device);
   const int64_t T = data_.seq_len();
   const datasets::BatchShape shape{cfg_.dp, cfg_.microbatches, cfg_.rows};
@@ -80,7 +79,8 @@ PipelinedTrainer::Batch PipelinedTrainer::batch(int64_t step) const {
   std::vector<int64_t> inputs, labels;
   for (int m = 0; m < cfg_.microbatches; ++m) {
     auto rows =
-        datasets::microbatch_rows(shape, data_.num_rows(), step, 0, m, cfg_.reverse_microbatches);
+        datasets::microbatch_rows(shape, data_.num_rows(), step, replica, m,
+                                  cfg_.reverse_microbatches);
     datasets::fill_microbatch(data_, rows, inputs, labels);
     auto opts = torch::TensorOptions().dtype(torch::kLong);
     b.tokens.push_back(torch::from_blob(inputs.data(), {cfg_.rows, T}, opts).to(device).clone());
@@ -160,27 +160,49 @@ void PipelinedTrainer::step(int64_t s, kernels::StepObserver& observer) {
   const auto t0 = std::chrono::steady_clock::now();
   auto compute = kernels::make_compute_copies(cfg_, master_);
   const kernels::NamedTensors weights(master_.names(), compute);
-  auto b = batch(s);
-  auto ctx = context(weights, b, /*training=*/true);
   ledger_.clear();
-  if (cfg_.ledger) ctx.ledger = &ledger_;
-  kernels::GradAccumulator acc(cfg_, master_, compute);
-  std::vector<at::Tensor> losses;
-  execute(ctx, training_orders(schedule_), &acc, losses);
-  auto loss = torch::stack(losses).sum();
-  kernels::finish_step(cfg_, s, optimizer_, master_, acc.finish(), loss, losses, b.n_global, t0,
-                       observer, cfg_.ledger ? &ledger_ : nullptr);
+  // dp replicas one after the other, each a whole pipeline over its own rows; their
+  // gradients are summed in rank order after the last micro-batch (the reference's order).
+  std::vector<at::Tensor> grads, mb_losses;
+  at::Tensor loss;
+  int64_t n_global = 0;
+  for (int r = 0; r < cfg_.dp; ++r) {
+    auto b = batch(s, r);
+    n_global = b.n_global;
+    auto ctx = context(weights, b, /*training=*/true);
+    if (cfg_.ledger) {
+      ctx.ledger = &ledger_;
+      ctx.ledger_mb_base = r * cfg_.microbatches;
+    }
+    kernels::GradAccumulator acc(cfg_, master_, compute);
+    std::vector<at::Tensor> losses;
+    execute(ctx, training_orders(schedule_), &acc, losses);
+    auto replica_grads = acc.finish();
+    auto replica_loss = torch::stack(losses).sum();
+    loss = r == 0 ? replica_loss : loss + replica_loss;
+    if (r == 0)
+      grads = std::move(replica_grads);
+    else
+      for (size_t i = 0; i < grads.size(); ++i) grads[i].add_(replica_grads[i]);
+    mb_losses.insert(mb_losses.end(), losses.begin(), losses.end());
+  }
+  kernels::finish_step(cfg_, s, optimizer_, master_, std::move(grads), loss, mb_losses, n_global,
+                       t0, observer, cfg_.ledger ? &ledger_ : nullptr);
 }
 
 std::vector<at::Tensor> PipelinedTrainer::forward_only(int64_t step) {
   at::NoGradGuard no_grad;
   auto compute = kernels::make_compute_copies(cfg_, master_);
   const kernels::NamedTensors weights(master_.names(), compute);
-  auto b = batch(step);
-  auto ctx = context(weights, b, /*training=*/false);
-  std::vector<at::Tensor> losses;
-  execute(ctx, forward_only_orders(schedule_), nullptr, losses);
-  return losses;
+  std::vector<at::Tensor> all;
+  for (int r = 0; r < cfg_.dp; ++r) {
+    auto b = batch(step, r);
+    auto ctx = context(weights, b, /*training=*/false);
+    std::vector<at::Tensor> losses;
+    execute(ctx, forward_only_orders(schedule_), nullptr, losses);
+    all.insert(all.end(), losses.begin(), losses.end());
+  }
+  return all;
 }
 
 }  // namespace parity::pipelined

@@ -73,7 +73,7 @@ class PipelinedTrainer {
     std::vector<at::Tensor> tokens, labels;
     int64_t n_global = 0;
   };
-  Batch batch(int64_t step) const;
+  Batch batch(int64_t step, int replica) const;  // one dp replica's micro-batches
   StepContext context(const kernels::NamedTensors& weights, const Batch& b, bool training) const;
   // Runs the schedule's orders over fresh stages; fills losses (per micro-batch).
   void execute(StepContext& ctx, const std::vector<std::vector<Action>>& orders,

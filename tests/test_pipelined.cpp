@@ -64,9 +64,10 @@ const datasets::TokenRows& rows() {
   return r;
 }
 
-Run reference_run(Precision p, int steps, bool freeze_embedding = false) {
+Run reference_run(Precision p, int steps, bool freeze_embedding = false, int dp = 1) {
   auto cfg = tiny_config(p, steps);
   cfg.freeze_embedding = freeze_embedding;
+  cfg.dp = dp;
   reference::ReferenceTrainer t(cfg, tiny_params(), rows());
   Capture c;
   t.run(c);
@@ -74,9 +75,10 @@ Run reference_run(Precision p, int steps, bool freeze_embedding = false) {
 }
 
 Run pipelined_run(Precision p, int steps, const pipelined::PipelineConfig& pc,
-                  bool freeze_embedding = false) {
+                  bool freeze_embedding = false, int dp = 1) {
   auto cfg = tiny_config(p, steps);
   cfg.freeze_embedding = freeze_embedding;
+  cfg.dp = dp;
   pipelined::PipelinedTrainer t(cfg, pc, tiny_params(), rows());
   Capture c;
   t.run(c);
@@ -126,6 +128,28 @@ pipelined::PipelineConfig pipeline(const Shape& s, bool cache) {
 }
 
 const Shape kShapes[] = {{2, 1, ""}, {4, 1, ""}, {2, 2, ""}, {4, 2, ""}, {2, 4, ""}, {4, 4, ""}};
+
+// dp: each replica a whole pipeline over its own rows, gradients summed in rank order after
+// the last micro-batch; with the naive transport that is the reference's --dp 2 bit for bit.
+TEST(DataParallel, NaivePipelineReplicasEqualTheReferenceReplicas) {
+  for (auto p : {Precision::FP32, Precision::BF16}) {
+    auto ref = reference_run(p, 2, false, /*dp=*/2);
+    auto pipe = pipelined_run(p, 2, pipeline({2, 2, ""}, false), false, /*dp=*/2);
+    ASSERT_EQ(pipe.mb_losses.at(0).size(), 8u);  // 2 replicas x 4 micro-batches
+    expect_bitwise(ref, pipe, /*every_grad_step=*/true,
+                   std::string("dp2 x pp2xvp2 naive, ") + kernels::to_string(p));
+    // A replica sees other rows: dp 2 is not dp 1 run twice.
+    auto single = reference_run(p, 1);
+    EXPECT_FALSE(torch::equal(single.loss.at(0), ref.loss.at(0)));
+  }
+}
+
+TEST(DataParallel, CachedReplicasKeepTheForwardBitwise) {
+  auto naive = pipelined_run(Precision::BF16, 1, pipeline({2, 2, ""}, false), false, 2);
+  auto cached = pipelined_run(Precision::BF16, 1, pipeline({2, 2, ""}, true), false, 2);
+  for (size_t m = 0; m < 8; ++m)
+    EXPECT_TRUE(torch::equal(naive.mb_losses[0][m], cached.mb_losses[0][m])) << "micro-batch " << m;
+}
 
 // Contract 1: the naive transport equals the reference bitwise, every step.
 class NaiveEqualsReference : public ::testing::TestWithParam<std::tuple<Shape, Precision>> {};

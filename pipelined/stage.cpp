@@ -46,6 +46,15 @@ bool StageRunner::fires(FaultKind k, int block, int mb) {
   return hit;
 }
 
+std::vector<TensorSpec> StageRunner::expected(int mb, const Blocks& wire) const {
+  const auto& tok = ctx_->tokens.at(mb);
+  const int64_t B = tok.size(0), T = tok.size(1), D = ctx_->model->config().dim;
+  const auto dtype = ctx_->weights->tensors().at(0).scalar_type();  // the compute dtype
+  std::vector<TensorSpec> out{{{B, T, D}, dtype}};
+  if (!wire.empty()) out.push_back({{B, T, static_cast<int64_t>(wire.size()), D}, dtype});
+  return out;
+}
+
 bool StageRunner::forward_ready(int mb) const {
   if (stage_ == 0) return true;
   return ctx_->transport->ready(ctx_->tables->rank_of(stage_ - 1),
@@ -74,9 +83,9 @@ void StageRunner::forward(int mb) {
   if (split.has_emb(stage_)) {
     state = model.embed(*ctx_->weights, ctx_->tokens[mb]);
   } else {
-    auto msg = ctx_->transport->recv(ctx_->tables->rank_of(stage_ - 1),
-                                     Tag{stage_ - 1, stage_, mb, true});
     const auto& wire = recv_blocks();
+    auto msg = ctx_->transport->recv(ctx_->tables->rank_of(stage_ - 1),
+                                     Tag{stage_ - 1, stage_, mb, true}, expected(mb, wire));
     // Assemble the entry stack in block order: store columns or wire columns.
     std::vector<at::Tensor> cols;
     size_t w = 0;
@@ -146,10 +155,10 @@ void StageRunner::backward(int mb) {
     roots.push_back(sv.loss);
     grads.push_back(at::Tensor());
   } else {
-    auto msg = ctx_->transport->recv(ctx_->tables->rank_of(stage_ + 1),
-                                     Tag{stage_ + 1, stage_, mb, false});
-    at::Tensor g_stack;
     const auto& sent = send_blocks();
+    auto msg = ctx_->transport->recv(ctx_->tables->rank_of(stage_ + 1),
+                                     Tag{stage_ + 1, stage_, mb, false}, expected(mb, sent));
+    at::Tensor g_stack;
     const bool all_sent = static_cast<int64_t>(sent.size()) == sv.out_stack.size(2);
     if (all_sent && !ctx_->cache) {
       if (!sent.empty()) g_stack = msg.at(1);  // naive: the wire gradient is the whole column set

@@ -78,6 +78,8 @@ class StageRunner {
   bool last() const;
   const Blocks& send_blocks() const;
   const Blocks& recv_blocks() const;
+  // What a message for micro-batch mb carrying `wire` columns holds: (hidden[, columns]).
+  std::vector<TensorSpec> expected(int mb, const Blocks& wire) const;
   // Whether an injected fault of kind k applies here to (block, mb); counts it as fired.
   bool fires(FaultKind k, int block, int mb);
 

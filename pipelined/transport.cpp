@@ -4,6 +4,8 @@
 
 #include <stdexcept>
 
+#include "pipelined/rank_store.h"
+
 namespace parity::pipelined {
 
 std::string Tag::str() const {
@@ -40,12 +42,19 @@ void Mailboxes::send(const std::vector<at::Tensor>& tensors, int, const Tag& tag
 
 bool Mailboxes::ready(int, const Tag& tag) { return boxes_.count(tag) != 0; }
 
-std::vector<at::Tensor> Mailboxes::recv(int, const Tag& tag) {
+std::vector<at::Tensor> Mailboxes::recv(int, const Tag& tag, const std::vector<TensorSpec>& like) {
   auto it = boxes_.find(tag);
   if (it == boxes_.end())
     throw std::logic_error("in-process transport: no message for " + tag.str());
   auto out = std::move(it->second);
   boxes_.erase(it);
+  bool same = out.size() == like.size();
+  for (size_t i = 0; same && i < out.size(); ++i)
+    same = out[i].sizes().vec() == like[i].shape && out[i].scalar_type() == like[i].dtype;
+  if (!same)
+    throw ProtocolError("message " + tag.str() + ": " + std::to_string(out.size()) +
+                        " tensors that do not match the " + std::to_string(like.size()) +
+                        " the routing tables expect");
   return out;
 }
 

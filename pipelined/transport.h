@@ -24,13 +24,22 @@ struct Tag {
   }
 };
 
+// What a receiver expects, from the routing tables: the shape and dtype of each tensor. A
+// transport that moves raw bytes (c10d) allocates from it; the in-process one checks it.
+struct TensorSpec {
+  std::vector<int64_t> shape;
+  at::ScalarType dtype = at::kFloat;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
   virtual void send(const std::vector<at::Tensor>& tensors, int to_rank, const Tag& tag) = 0;
   // Whether the message has arrived (the in-process scheduler asks before it runs an action).
   virtual bool ready(int from_rank, const Tag& tag) = 0;
-  virtual std::vector<at::Tensor> recv(int from_rank, const Tag& tag) = 0;
+  // The message, one tensor per spec; throws ProtocolError when it does not match them.
+  virtual std::vector<at::Tensor> recv(int from_rank, const Tag& tag,
+                                       const std::vector<TensorSpec>& like) = 0;
 
   // Bytes sent, per micro-batch and direction, over the whole run.
   int64_t bytes_sent(int mb, bool forward) const;
@@ -49,7 +58,8 @@ class Mailboxes : public Transport {
  public:
   void send(const std::vector<at::Tensor>& tensors, int to_rank, const Tag& tag) override;
   bool ready(int from_rank, const Tag& tag) override;
-  std::vector<at::Tensor> recv(int from_rank, const Tag& tag) override;
+  std::vector<at::Tensor> recv(int from_rank, const Tag& tag,
+                               const std::vector<TensorSpec>& like) override;
   bool empty() const { return boxes_.empty(); }
 
  private:

@@ -58,6 +58,9 @@ class StepTimes : public kernels::StepObserver {
   int64_t tokens = 0;
 };
 
+void print_bench(const BenchOptions& o, bool pipe, const std::string& shape,
+                 const StepTimes& times, const pipelined::PipelineStats& stats);
+
 int bench_trainer(BenchOptions o) {
   o.run.steps = o.warmup_steps + o.measured_steps;
   const bool pipe = o.what == "pipelined";
@@ -70,9 +73,19 @@ int bench_trainer(BenchOptions o) {
                o.run.dtype.c_str(), o.run.microbatches, o.run.rows,
                static_cast<long long>(o.run.seq_len), o.warmup_steps, o.measured_steps,
                o.run.threads);
+  if (pipe && o.run.nproc > 0)
+    shape += ", " + std::to_string(o.run.nproc) + " processes (" +
+             (o.run.backend.empty() ? std::string("gloo") : o.run.backend) + ")";
   StepTimes times;
-  pipelined::PipelineStats stats;
-  run_trainer(o.what, o.run, times, &stats);
+  // Printed by the process that ran rank 0 (a worker under --nproc).
+  run_trainer(o.what, o.run, times, [&](const pipelined::PipelineStats& stats) {
+    print_bench(o, pipe, shape, times, stats);
+  });
+  return 0;
+}
+
+void print_bench(const BenchOptions& o, bool pipe, const std::string& shape,
+                 const StepTimes& times, const pipelined::PipelineStats& stats) {
   std::vector<double> measured(times.seconds.begin() + o.warmup_steps, times.seconds.end());
   const double ms = median(measured) * 1e3;
   std::printf("%-12s %-6s %-24s %12s %12s %12s", "flavor", "dtype", "trainer", "ms/step",
@@ -85,7 +98,7 @@ int bench_trainer(BenchOptions o) {
     std::printf(" %14lld %14lld", static_cast<long long>(stats.bytes_forward_per_mb[0]),
                 static_cast<long long>(stats.bytes_backward_per_mb[0]));
   std::printf("\n");
-  return 0;
+  std::fflush(stdout);
 }
 
 // Reads two dumps (files in the page cache after the first read) and compares every tensor:

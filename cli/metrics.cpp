@@ -77,6 +77,10 @@ bool ObserverList::wants_tensors(int64_t step) const {
 void ObserverList::on_step(const kernels::StepRecord& r) {
   for (auto* o : observers_) o->on_step(r);
 }
+void ObserverList::on_abort() {
+  for (auto* o : observers_) o->on_abort();
+}
+
 void ObserverList::on_end() {
   for (auto* o : observers_) o->on_end();
 }

@@ -50,6 +50,7 @@ class ObserverList : public kernels::StepObserver {
   bool wants_tensors(int64_t step) const override;
   void on_step(const kernels::StepRecord& r) override;
   void on_end() override;
+  void on_abort() override;
 
  private:
   std::vector<kernels::StepObserver*> observers_;

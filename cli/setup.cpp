@@ -8,6 +8,14 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <thread>
+#include <chrono>
+#include <cstring>
+#include <cstdlib>
+#include <csignal>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <sstream>
 
 #include "cli/commands.h"
@@ -70,6 +78,15 @@ void add_run_options(CLI::App& cmd, RunOptions& o) {
   cmd.add_flag("--ledger", o.ledger,
                "record each stack read's gradient contribution, block gradients, hop hashes, "
                "deposits and collections; stored in the dump's steps (for `parity localise`)");
+  cmd.add_option("--nproc", o.nproc,
+                 "pipelined: run as N local processes (one per rank, N = dp x pp) over c10d")
+      ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--backend", o.backend,
+                 "multi-process backend (gloo); with RANK, WORLD_SIZE, MASTER_ADDR and "
+                 "MASTER_PORT set, this process runs that one rank");
+  cmd.add_option("--timeout-s", o.timeout_s, "multi-process: the longest any wait may take")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd.add_option("--inject", o.inject,
                  "inject a routing bug (pipelined, cache on): KIND:block=B,stage=S[,mb=M], "
                  "KIND drop-deposit|duplicate-deposit|misroute|skip-collect|stale-block; "
@@ -227,27 +244,181 @@ pipelined::PipelineConfig pipeline_config(const RunOptions& o) {
   return pc;
 }
 
+namespace {
+
+class NullObserver : public kernels::StepObserver {
+ public:
+  void on_step(const kernels::StepRecord&) override {}
+};
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : nullptr;
+}
+
+int env_int(const char* name) {
+  const char* v = env(name);
+  try {
+    size_t used = 0;
+    const int x = std::stoi(v, &used);
+    if (used != std::strlen(v)) throw std::invalid_argument("trailing text");
+    return x;
+  } catch (const std::exception&) {
+    throw UsageError(std::string("environment variable ") + name + "='" + v +
+                     "' is not an integer");
+  }
+}
+
+// A port the kernel says is free now (the rendezvous binds it a moment later).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    throw std::runtime_error("cannot find a free local port for the rendezvous");
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// One rank of a multi-process pipelined run; rank 0 reports to the observer.
+void run_rank(const RunOptions& o, const pipelined::CommOptions& co, kernels::StepObserver& obs,
+              const RunReport& report) {
+  if (co.world != o.dp * o.pp)
+    throw UsageError("WORLD_SIZE " + std::to_string(co.world) + " is not dp x pp = " +
+                     std::to_string(o.dp) + " x " + std::to_string(o.pp) + "; start " +
+                     std::to_string(o.dp * o.pp) + " processes (or --nproc " +
+                     std::to_string(o.dp * o.pp) + ")");
+  auto cfg = train_config(o);
+  auto pc = pipeline_config(o);
+  auto rows = load_rows(o);
+  auto init = initial_params(o, cfg.model);
+  auto comm = pipelined::make_comm(co);
+  pc.comm = comm.get();
+  pipelined::PipelinedTrainer t(cfg, pc, init, *rows);
+  NullObserver quiet;
+  t.run(co.rank == 0 ? obs : quiet);
+  comm->barrier();
+  warn_unfired_faults(pc.faults, t.fault_hits());
+  if (co.rank == 0 && report) report(t.last_stats());
+}
+
+// --nproc N: N workers on 127.0.0.1; the run succeeds or fails together.
+void launch_local(const RunOptions& o, kernels::StepObserver& obs, const RunReport& report) {
+  if (o.nproc != o.dp * o.pp)
+    throw UsageError("--nproc " + std::to_string(o.nproc) + " is not dp x pp = " +
+                     std::to_string(o.dp) + " x " + std::to_string(o.pp));
+  pipelined::CommOptions co;
+  co.backend = o.backend.empty() ? "gloo" : o.backend;
+  co.world = o.nproc;
+  co.master_port = free_port();
+  co.timeout_s = o.timeout_s;
+  pipelined::make_comm_check(co.backend);
+  std::fflush(nullptr);
+  std::vector<pid_t> kids;
+  for (int r = 0; r < o.nproc; ++r) {
+    const pid_t pid = ::fork();
+    if (pid < 0) throw std::runtime_error("cannot start worker " + std::to_string(r));
+    if (pid == 0) {
+      int code = 0;
+      try {
+        co.rank = r;
+        run_rank(o, co, obs, report);
+      } catch (const std::exception& e) {
+        if (r == 0) obs.on_abort();  // the dump keeps the steps it has, marked incomplete
+        const std::string what = e.what();  // CommErrors already name the rank
+        std::cerr << "parity: " << (what.rfind("rank ", 0) == 0 ? "" : "rank " + std::to_string(r) + ": ")
+                  << what << "\n";
+        code = 1;
+      }
+      std::fflush(nullptr);
+      ::_exit(code);
+    }
+    kids.push_back(pid);
+  }
+  // Wait for every worker. After the first failure the others have the timeout to notice
+  // (each exits with its own one-line error) and a grace period more; then they are stopped.
+  int failed_rank = -1, failed_status = 0;
+  std::vector<bool> done(kids.size(), false);
+  size_t left = kids.size();
+  auto deadline = std::chrono::steady_clock::time_point::max();
+  while (left > 0) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid < 0) break;
+    if (pid == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        for (size_t r = 0; r < kids.size(); ++r)
+          if (!done[r]) ::kill(kids[r], SIGKILL);
+        deadline = std::chrono::steady_clock::time_point::max();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    for (size_t r = 0; r < kids.size(); ++r)
+      if (kids[r] == pid && !done[r]) {
+        done[r] = true;
+        --left;
+        const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        if (!ok && failed_rank < 0) {
+          failed_rank = static_cast<int>(r);
+          failed_status = status;
+          deadline = std::chrono::steady_clock::now() +
+                     std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000) + 10000);
+        }
+      }
+  }
+  if (failed_rank >= 0)
+    throw std::runtime_error(
+        "worker rank " + std::to_string(failed_rank) +
+        (WIFSIGNALED(failed_status) ? " was killed by signal " + std::to_string(WTERMSIG(failed_status))
+                                    : " failed with exit code " +
+                                          std::to_string(WEXITSTATUS(failed_status))) +
+        "; the run stopped on every rank");
+}
+
+}  // namespace
+
 void run_trainer(const std::string& trainer, const RunOptions& o, kernels::StepObserver& obs,
-                 pipelined::PipelineStats* stats) {
+                 const RunReport& report) {
   if (!o.inject.empty() && trainer != "pipelined")
     throw UsageError("--inject needs --trainer pipelined");
+  const bool from_env = env("RANK") && env("WORLD_SIZE") && !o.backend.empty();
+  if ((o.nproc > 0 || from_env) && trainer != "pipelined")
+    throw UsageError("--nproc and --backend need --trainer pipelined (the reference is one "
+                     "process; its --dp replicas run in it)");
   auto cfg = train_config(o);
   if (trainer == "reference") {
     auto rows = load_rows(o);
     auto init = initial_params(o, cfg.model);
     reference::ReferenceTrainer(cfg, init, *rows).run(obs);
+    if (report) report({});
     return;
   }
   if (trainer != "pipelined")
     throw UsageError("unknown --trainer '" + trainer + "'; use reference or pipelined");
 
+  if (o.nproc > 0) return launch_local(o, obs, report);
+  if (from_env) {
+    pipelined::CommOptions co;
+    co.backend = o.backend;
+    co.rank = env_int("RANK");
+    co.world = env_int("WORLD_SIZE");
+    co.master_addr = env("MASTER_ADDR") ? env("MASTER_ADDR") : "127.0.0.1";
+    co.master_port = env("MASTER_PORT") ? env_int("MASTER_PORT") : 29500;
+    co.timeout_s = o.timeout_s;
+    return run_rank(o, co, obs, report);
+  }
   auto pc = pipeline_config(o);
   auto rows = load_rows(o);
   auto init = initial_params(o, cfg.model);
   pipelined::PipelinedTrainer t(cfg, pc, init, *rows);
   t.run(obs);
-  if (stats) *stats = t.last_stats();
   warn_unfired_faults(pc.faults, t.fault_hits());
+  if (report) report(t.last_stats());
 }
 
 void warn_unfired_faults(const std::vector<pipelined::Fault>& faults,

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,6 +49,11 @@ struct RunOptions {
   bool freeze_embedding = false;
   bool ledger = false;  // record the contribution ledger (dumped with --dump)
   std::vector<std::string> inject;  // fault specs, pipelined trainer only
+  // Multi-process (pipelined): --nproc N local workers, or one rank of a run started
+  // elsewhere (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT in the environment).
+  int nproc = 0;
+  std::string backend;  // "" = gloo when multi-process
+  double timeout_s = 300;
 };
 
 // Registers the options shared by `train` and `bench` on `cmd`.
@@ -70,8 +76,11 @@ pipelined::PipelineConfig pipeline_config(const RunOptions& o);
 void warn_unfired_faults(const std::vector<pipelined::Fault>& faults,
                          const std::vector<int64_t>& hits);
 
-// Runs the chosen trainer ("reference" or "pipelined") with the observer.
+// Runs the chosen trainer ("reference" or "pipelined") with the observer. `report`, if set,
+// is called once after the run with the last step's pipeline figures, by the process that
+// ran rank 0 (with --nproc, a worker: the observer and the report live there).
+using RunReport = std::function<void(const pipelined::PipelineStats&)>;
 void run_trainer(const std::string& trainer, const RunOptions& o, kernels::StepObserver& obs,
-                 pipelined::PipelineStats* stats = nullptr);
+                 const RunReport& report = {});
 
 }  // namespace parity::cli

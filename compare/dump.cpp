@@ -181,6 +181,10 @@ void DumpWriter::on_step(const kernels::StepRecord& r) {
 
 void DumpWriter::on_end() { finish(/*complete=*/true); }
 
+void DumpWriter::on_abort() {
+  if (file_) finish(/*complete=*/false);
+}
+
 void DumpWriter::finish(bool complete) {
   auto& f = *file_;
   const int64_t n = static_cast<int64_t>(losses_.size());

@@ -51,6 +51,7 @@ class DumpWriter : public kernels::StepObserver {
   bool wants_tensors(int64_t step) const override { return steps_.count(step) != 0; }
   void on_step(const kernels::StepRecord& r) override;
   void on_end() override;
+  void on_abort() override;  // commits what it has, complete = 0
   const std::string& path() const { return path_; }
 
  private:

@@ -55,6 +55,9 @@ class StepObserver {
   virtual bool wants_tensors(int64_t /*step*/) const { return false; }
   virtual void on_step(const StepRecord& record) = 0;
   virtual void on_end() {}
+  // The run failed part-way: keep what was recorded, marked incomplete. (Called where
+  // destructors will not run, as in a worker process that exits at once.)
+  virtual void on_abort() {}
 };
 
 }  // namespace parity::kernels

@@ -35,6 +35,15 @@ PipelinedTrainer::PipelinedTrainer(kernels::TrainConfig cfg, PipelineConfig pc,
       buffers_(kernels::make_buffers(cfg_)),
       optimizer_(kernels::make_optimizer(cfg_, master_)) {
   if (cfg_.dp < 1) throw kernels::ConfigError("--dp must be at least 1");
+  if (pc_.comm) {
+    if (pc_.comm->world() != cfg_.dp * pc_.pp)
+      throw kernels::ConfigError("WORLD_SIZE " + std::to_string(pc_.comm->world()) +
+                                 " is not dp x pp = " + std::to_string(cfg_.dp) + " x " +
+                                 std::to_string(pc_.pp) + "; start dp * pp processes");
+    if (cfg_.ledger)
+      throw kernels::ConfigError("--ledger runs in-process only for now; drop --nproc/--backend");
+    pc_.comm->set_peer_offset(pc_.comm->rank() / pc_.pp * pc_.pp);
+  }
   dry_run(schedule_);
   if (pc_.cache) {
     std::vector<int> map;
@@ -95,16 +104,13 @@ void PipelinedTrainer::execute(StepContext& ctx, const std::vector<std::vector<A
   for (int r = 0; r < pc_.pp; ++r) stores.emplace_back(r);
   Mailboxes mail;
   ctx.stores = &stores;
-  ctx.transport = &mail;
+  Transport* transport = pc_.comm ? static_cast<Transport*>(pc_.comm) : &mail;
+  transport->reset_counters();
+  ctx.transport = transport;
   std::vector<StageRunner> stages;
   for (int s = 0; s < split_.num_stages(); ++s) stages.emplace_back(s, &ctx);
 
-  ExecutorHooks hooks;
-  hooks.ready = [&](const Action& a) {
-    return a.forward ? stages[a.stage].forward_ready(a.microbatch)
-                     : stages[a.stage].backward_ready(a.microbatch);
-  };
-  hooks.run = [&](const Action& a) {
+  auto run = [&](const Action& a) {
     if (a.forward) {
       stages[a.stage].forward(a.microbatch);
     } else {
@@ -112,9 +118,24 @@ void PipelinedTrainer::execute(StepContext& ctx, const std::vector<std::vector<A
       if (acc) acc->after_backward(stage_params_[a.stage]);
     }
   };
-  run_in_process(schedule_, orders, hooks);
+  // In-process: every rank, scheduled here. Multi-process: this rank's actions, in order; its
+  // receives block (with the transport's timeout) until the peer's message is there.
+  const int own = pc_.comm ? pc_.comm->rank() % pc_.pp : -1;
+  if (pc_.comm) {
+    for (const auto& a : orders.at(own)) run(a);
+    pc_.comm->flush();
+  } else {
+    ExecutorHooks hooks;
+    hooks.ready = [&](const Action& a) {
+      return a.forward ? stages[a.stage].forward_ready(a.microbatch)
+                       : stages[a.stage].backward_ready(a.microbatch);
+    };
+    hooks.run = run;
+    run_in_process(schedule_, orders, hooks);
+  }
 
   for (int r = 0; r < pc_.pp; ++r) {
+    if (own >= 0 && r != own) continue;
     if (ctx.check_deposit_counts)
       stores[r].check_empty("after the step");
     else
@@ -122,17 +143,36 @@ void PipelinedTrainer::execute(StepContext& ctx, const std::vector<std::vector<A
   }
   if (!mail.empty()) throw ProtocolError("messages left undelivered after the step");
   losses.clear();
-  for (int m = 0; m < cfg_.microbatches; ++m) losses.push_back(stages.back().loss(m));
+  const bool have_losses = own < 0 || own == tables_.rank_of(split_.num_stages() - 1);
+  for (int m = 0; m < cfg_.microbatches; ++m)
+    losses.push_back(have_losses ? stages.back().loss(m) : at::Tensor());
   fault_hits_.resize(pc_.faults.size());
   for (size_t i = 0; i < ctx.fault_hits.size(); ++i) fault_hits_[i] += ctx.fault_hits[i];
 
   stats_ = PipelineStats{};
-  for (const auto& st : stores) stats_.store_high_water.push_back(st.high_water_microbatches());
-  stats_.bytes_forward = mail.total_bytes(true);
-  stats_.bytes_backward = mail.total_bytes(false);
-  for (int m = 0; m < cfg_.microbatches; ++m) {
-    stats_.bytes_forward_per_mb.push_back(mail.bytes_sent(m, true));
-    stats_.bytes_backward_per_mb.push_back(mail.bytes_sent(m, false));
+  for (int r = 0; r < pc_.pp; ++r)
+    if (own < 0 || r == own) stats_.store_high_water.push_back(stores[r].high_water_microbatches());
+  const int M = cfg_.microbatches;
+  std::vector<double> sent(2 * M);
+  for (int m = 0; m < M; ++m) {
+    sent[m] = static_cast<double>(transport->bytes_sent(m, true));
+    sent[M + m] = static_cast<double>(transport->bytes_sent(m, false));
+  }
+  if (pc_.comm) {  // the pipeline's bytes: every rank of this dp group's sends
+    auto mine = torch::tensor(sent, torch::kDouble);
+    std::fill(sent.begin(), sent.end(), 0.0);
+    for (int root = 0; root < pc_.comm->world(); ++root) {
+      auto buf = root == pc_.comm->rank() ? mine.clone() : torch::zeros({2 * M}, torch::kDouble);
+      pc_.comm->broadcast(buf, root);
+      if (root / pc_.pp == pc_.comm->rank() / pc_.pp)
+        for (int i = 0; i < 2 * M; ++i) sent[i] += buf[i].item<double>();
+    }
+  }
+  for (int m = 0; m < M; ++m) {
+    stats_.bytes_forward_per_mb.push_back(static_cast<int64_t>(sent[m]));
+    stats_.bytes_backward_per_mb.push_back(static_cast<int64_t>(sent[M + m]));
+    stats_.bytes_forward += stats_.bytes_forward_per_mb.back();
+    stats_.bytes_backward += stats_.bytes_backward_per_mb.back();
   }
 }
 
@@ -161,12 +201,13 @@ void PipelinedTrainer::step(int64_t s, kernels::StepObserver& observer) {
   auto compute = kernels::make_compute_copies(cfg_, master_);
   const kernels::NamedTensors weights(master_.names(), compute);
   ledger_.clear();
-  // dp replicas one after the other, each a whole pipeline over its own rows; their
-  // gradients are summed in rank order after the last micro-batch (the reference's order).
-  std::vector<at::Tensor> grads, mb_losses;
-  at::Tensor loss;
+  // dp replicas one after the other (multi-process: this rank's replica only), each a whole
+  // pipeline over its own rows; their gradients are summed in rank order after the last
+  // micro-batch (the reference's order).
+  std::vector<std::vector<at::Tensor>> replica_grads(cfg_.dp), replica_losses(cfg_.dp);
   int64_t n_global = 0;
   for (int r = 0; r < cfg_.dp; ++r) {
+    if (pc_.comm && r != pc_.comm->rank() / pc_.pp) continue;
     auto b = batch(s, r);
     n_global = b.n_global;
     auto ctx = context(weights, b, /*training=*/true);
@@ -175,33 +216,86 @@ void PipelinedTrainer::step(int64_t s, kernels::StepObserver& observer) {
       ctx.ledger_mb_base = r * cfg_.microbatches;
     }
     kernels::GradAccumulator acc(cfg_, master_, compute);
-    std::vector<at::Tensor> losses;
-    execute(ctx, training_orders(schedule_), &acc, losses);
-    auto replica_grads = acc.finish();
-    auto replica_loss = torch::stack(losses).sum();
+    execute(ctx, training_orders(schedule_), &acc, replica_losses[r]);
+    replica_grads[r] = acc.finish();
+  }
+  if (pc_.comm) share_replicas(replica_grads, replica_losses);
+
+  std::vector<at::Tensor> grads, mb_losses;
+  at::Tensor loss;
+  for (int r = 0; r < cfg_.dp; ++r) {
+    auto replica_loss = torch::stack(replica_losses[r]).sum();
     loss = r == 0 ? replica_loss : loss + replica_loss;
     if (r == 0)
-      grads = std::move(replica_grads);
+      grads = std::move(replica_grads[r]);
     else
-      for (size_t i = 0; i < grads.size(); ++i) grads[i].add_(replica_grads[i]);
-    mb_losses.insert(mb_losses.end(), losses.begin(), losses.end());
+      for (size_t i = 0; i < grads.size(); ++i) grads[i].add_(replica_grads[r][i]);
+    mb_losses.insert(mb_losses.end(), replica_losses[r].begin(), replica_losses[r].end());
   }
   kernels::finish_step(cfg_, s, optimizer_, master_, std::move(grads), loss, mb_losses, n_global,
                        t0, observer, cfg_.ledger ? &ledger_ : nullptr);
+}
+
+void PipelinedTrainer::share_replicas(std::vector<std::vector<at::Tensor>>& grads,
+                                      std::vector<std::vector<at::Tensor>>& losses) {
+  // Every rank ends with every replica's whole gradient and losses, by broadcasts from the
+  // ranks that own them (copies: no arithmetic, so the bits are the in-process ones).
+  auto& comm = *pc_.comm;
+  const int mine = comm.rank() / pc_.pp;
+  const auto ranks = param_ranks();
+  for (int r = 0; r < cfg_.dp; ++r) {
+    if (r != mine) {
+      grads[r].clear();
+      for (size_t i = 0; i < master_.size(); ++i) grads[r].push_back(at::zeros_like(master_[i]));
+    }
+    for (int owner = 0; owner < pc_.pp; ++owner) {
+      std::vector<at::Tensor> parts;
+      for (size_t i = 0; i < ranks.size(); ++i)
+        if (ranks[i] == owner) parts.push_back(grads[r][i].reshape({-1}));
+      if (parts.empty()) continue;
+      auto flat = at::cat(parts);
+      comm.broadcast(flat, r * pc_.pp + owner);
+      int64_t at = 0;
+      for (size_t i = 0; i < ranks.size(); ++i)
+        if (ranks[i] == owner) {
+          const int64_t n = grads[r][i].numel();
+          grads[r][i] = flat.narrow(0, at, n).view_as(grads[r][i]).clone();
+          at += n;
+        }
+    }
+  }
+  share_losses(losses);
+}
+
+void PipelinedTrainer::share_losses(std::vector<std::vector<at::Tensor>>& losses) {
+  auto& comm = *pc_.comm;
+  const int mine = comm.rank() / pc_.pp;
+  const int head_rank = tables_.rank_of(split_.num_stages() - 1);
+  const auto loss_dtype = kernels::accum_dtype(kernels::compute_dtype(cfg_.precision));
+  for (int r = 0; r < cfg_.dp; ++r) {
+    const bool holder = r == mine && comm.rank() % pc_.pp == head_rank;
+    auto ls = holder ? torch::stack(losses[r])
+                     : at::zeros({cfg_.microbatches}, at::TensorOptions().dtype(loss_dtype));
+    comm.broadcast(ls, r * pc_.pp + head_rank);
+    losses[r].clear();
+    for (int m = 0; m < cfg_.microbatches; ++m) losses[r].push_back(ls[m].clone());
+  }
 }
 
 std::vector<at::Tensor> PipelinedTrainer::forward_only(int64_t step) {
   at::NoGradGuard no_grad;
   auto compute = kernels::make_compute_copies(cfg_, master_);
   const kernels::NamedTensors weights(master_.names(), compute);
-  std::vector<at::Tensor> all;
+  std::vector<std::vector<at::Tensor>> losses(cfg_.dp);
   for (int r = 0; r < cfg_.dp; ++r) {
+    if (pc_.comm && r != pc_.comm->rank() / pc_.pp) continue;
     auto b = batch(step, r);
     auto ctx = context(weights, b, /*training=*/false);
-    std::vector<at::Tensor> losses;
-    execute(ctx, forward_only_orders(schedule_), nullptr, losses);
-    all.insert(all.end(), losses.begin(), losses.end());
+    execute(ctx, forward_only_orders(schedule_), nullptr, losses[r]);
   }
+  if (pc_.comm) share_losses(losses);
+  std::vector<at::Tensor> all;
+  for (auto& l : losses) all.insert(all.end(), l.begin(), l.end());
   return all;
 }
 

@@ -13,6 +13,7 @@
 #include "datasets/rows.h"
 #include "kernels/ledger.h"
 #include "kernels/train_step.h"
+#include "pipelined/comm.h"
 #include "pipelined/rank_store.h"
 #include "pipelined/routing.h"
 #include "pipelined/schedule.h"
@@ -29,6 +30,9 @@ struct PipelineConfig {
   std::string split;  // explicit split spec; empty = the default even split
   std::vector<Fault> faults;         // injected routing bugs (parity train --inject)
   bool check_deposit_counts = true;  // --inject turns it off so the run goes on
+  // Multi-process: this process is rank comm->rank() = dp_rank * pp + pp_rank and runs only
+  // that rank's actions over comm. Null: every rank in this process (in-process executor).
+  Comm* comm = nullptr;
 };
 
 // The split a pipeline config describes (the default even split unless it spells one out).
@@ -76,6 +80,10 @@ class PipelinedTrainer {
   Batch batch(int64_t step, int replica) const;  // one dp replica's micro-batches
   StepContext context(const kernels::NamedTensors& weights, const Batch& b, bool training) const;
   // Runs the schedule's orders over fresh stages; fills losses (per micro-batch).
+  // Multi-process: gives every rank every dp replica's gradients and losses.
+  void share_replicas(std::vector<std::vector<at::Tensor>>& grads,
+                      std::vector<std::vector<at::Tensor>>& losses);
+  void share_losses(std::vector<std::vector<at::Tensor>>& losses);
   void execute(StepContext& ctx, const std::vector<std::vector<Action>>& orders,
                kernels::GradAccumulator* acc, std::vector<at::Tensor>& losses);
 

@@ -1,6 +1,9 @@
 // The `parity` command line as a user meets it: subcommand output, checkpoints, metrics, and
 // bad input (one line on stderr, exit code 2, no traceback).
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -47,10 +50,11 @@ class Cli : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  Result run(const std::string& args) {
+  // env: "NAME=value ..." set for this run only.
+  Result run(const std::string& args, const std::string& env = "") {
     const auto out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
-    const std::string cmd = std::string(PARITY_BIN) + " " + args + " >" + out.string() + " 2>" +
-                            err.string();
+    const std::string cmd = (env.empty() ? "" : "env " + env + " ") + std::string(PARITY_BIN) +
+                            " " + args + " >" + out.string() + " 2>" + err.string();
     const int status = std::system(cmd.c_str());
     Result r;
     r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -334,6 +338,188 @@ TEST_F(Cli, LocaliseRulesCachedAgainstNaiveOrderOnlyAndAFaultWrong) {
   const auto plain = dir_ / "plain";
   ASSERT_EQ(run(std::string(kTinyRun) + " --dump-steps 1 --dump " + plain.string()).code, 0);
   expect_one_line_error(run("localise " + plain.string() + " " + plain.string()), "--ledger");
+}
+
+// ---- multi-process (c10d Gloo) ----
+
+bool have_gloo() {
+  const std::string cmd = std::string(PARITY_BIN) + " --version";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[256];
+  while (p && std::fgets(buf, sizeof buf, p)) out += buf;
+  if (p) ::pclose(p);
+  return out.find("c10d gloo") != std::string::npos;
+}
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Every line of a metrics file without its timing field (step time differs run to run).
+std::vector<std::string> metric_bits(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  std::string line;
+  while (std::getline(ss, line)) {
+    auto j = nlohmann::json::parse(line);
+    out.push_back(j["loss_hex"].get<std::string>() + " " + j["grad_norm_hex"].get<std::string>());
+  }
+  return out;
+}
+
+const char* kMpCell = "train --trainer pipelined --flavor tiny --steps 5 --seq-len 16 --quiet "
+                      "--dump-steps 1,5 ";
+
+TEST_F(Cli, MultiProcessGlooRunsEqualTheInProcessExecutorBitwise) {
+  if (!have_gloo()) GTEST_SKIP() << "built without Gloo";
+  struct Shape {
+    int pp, vp;
+    const char* cache;
+  };
+  for (const Shape sh : {Shape{4, 2, "on"}, Shape{4, 2, "off"}, Shape{2, 4, "on"},
+                         Shape{4, 4, "on"}, Shape{4, 4, "off"}}) {
+    const std::string cell = std::string(kMpCell) + "--pp " + std::to_string(sh.pp) + " --vp " +
+                             std::to_string(sh.vp) + " --cache " + sh.cache;
+    SCOPED_TRACE(cell);
+    const auto m = dir_ / "m", i = dir_ / "i";
+    fs::remove_all(m);
+    fs::remove_all(i);
+    auto mp = run(cell + " --nproc " + std::to_string(sh.pp) + " --backend gloo --dump " +
+                  m.string() + " --metrics " + (dir_ / "m.jsonl").string());
+    ASSERT_EQ(mp.code, 0) << mp.err;
+    ASSERT_EQ(run(cell + " --dump " + i.string() + " --metrics " + (dir_ / "i.jsonl").string()).code, 0);
+    auto c = run("compare " + m.string() + " " + i.string());
+    EXPECT_EQ(c.code, 0) << c.out;
+    EXPECT_EQ(metric_bits(slurp(dir_ / "m.jsonl")), metric_bits(slurp(dir_ / "i.jsonl")));
+    EXPECT_EQ(metric_bits(slurp(dir_ / "m.jsonl")).size(), 5u);
+  }
+}
+
+TEST_F(Cli, RanksStartedSeparatelyWithTorchrunVariablesGiveTheSameBits) {
+  if (!have_gloo()) GTEST_SKIP() << "built without Gloo";
+  const std::string cell = std::string(kMpCell) + "--pp 4 --vp 2 --cache on --backend gloo";
+  const auto e = dir_ / "e", i = dir_ / "i";
+  const int port = free_port();
+  std::string script;
+  for (int r = 0; r < 4; ++r)
+    script += "RANK=" + std::to_string(r) + " LOCAL_RANK=" + std::to_string(r) +
+              " WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " " +
+              PARITY_BIN + " " + cell + " --timeout-s 60 --dump " + e.string() + " > " +
+              (dir_ / ("r" + std::to_string(r) + ".log")).string() + " 2>&1 & p" +
+              std::to_string(r) + "=$!; ";
+  script += "s=0; for p in $p0 $p1 $p2 $p3; do wait $p || s=1; done; exit $s";
+  const std::string cmd = "bash -c '" + script + "'";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << slurp(dir_ / "r0.log") << slurp(dir_ / "r1.log");
+  ASSERT_EQ(run(std::string(kMpCell) + "--pp 4 --vp 2 --cache on --dump " + i.string()).code, 0);
+  auto c = run("compare " + e.string() + " " + i.string());
+  EXPECT_EQ(c.code, 0) << c.out;
+}
+
+TEST_F(Cli, DataParallelProcessesEqualInProcessDpAndTheReference) {
+  if (!have_gloo()) GTEST_SKIP() << "built without Gloo";
+  const auto m = dir_ / "m", i = dir_ / "i", r = dir_ / "r", n = dir_ / "n";
+  const std::string dp = std::string(kMpCell) + "--dp 2 --pp 2 --vp 2 ";
+  ASSERT_EQ(run(dp + "--cache on --nproc 4 --backend gloo --dump " + m.string()).code, 0);
+  ASSERT_EQ(run(dp + "--cache on --dump " + i.string()).code, 0);
+  EXPECT_EQ(run("compare " + m.string() + " " + i.string()).code, 0);
+  ASSERT_EQ(run(dp + "--cache off --nproc 4 --backend gloo --dump " + n.string()).code, 0);
+  ASSERT_EQ(run("train --flavor tiny --steps 5 --seq-len 16 --quiet --dump-steps 1,5 --dp 2 "
+                "--dump " + r.string()).code, 0);
+  auto c = run("compare " + n.string() + " " + r.string());
+  EXPECT_EQ(c.code, 0) << c.out;
+}
+
+TEST_F(Cli, BytesSentBetweenProcessesAreTheInProcessFigures) {
+  if (!have_gloo()) GTEST_SKIP() << "built without Gloo";
+  for (const char* cache : {"on", "off"}) {
+    const std::string bench = std::string("bench --what pipelined --flavor tiny --seq-len 16 ") +
+                              "--pp 4 --vp 4 --warmup-steps 0 --measured-steps 1 --cache " + cache;
+    auto mp = run(bench + " --nproc 4 --backend gloo");
+    auto ip = run(bench);
+    ASSERT_EQ(mp.code, 0) << mp.err;
+    ASSERT_EQ(ip.code, 0) << ip.err;
+    // The last two columns: forward and backward bytes of micro-batch 0.
+    auto tail = [](const std::string& out) {
+      std::stringstream ss(out.substr(out.rfind("tiny")));
+      std::vector<std::string> f;
+      std::string w;
+      while (ss >> w) f.push_back(w);
+      return std::make_pair(f.at(f.size() - 2), f.back());
+    };
+    EXPECT_EQ(tail(mp.out), tail(ip.out)) << mp.out << ip.out;
+    EXPECT_NE(tail(ip.out).first, "0");
+  }
+}
+
+TEST_F(Cli, AKilledWorkerStopsEveryRankWithinTheTimeout) {
+  if (!have_gloo()) GTEST_SKIP() << "built without Gloo";
+  const auto err = dir_ / "kill.err";
+  const std::string cmd = std::string(PARITY_BIN) + " " +
+                          "train --trainer pipelined --flavor tiny --steps 500 --seq-len 32 "
+                          "--quiet --pp 4 --vp 2 --nproc 4 --backend gloo --timeout-s 10 "
+                          "--dump-steps 1 --dump " + (dir_ / "d").string() + " 2>" + err.string() +
+                          " & L=$!; for i in $(seq 300); do ls " + (dir_ / "d").string() +
+                          "/rank0.h5.tmp.* >/dev/null 2>&1 && break; sleep 0.2; done; sleep 1; "
+                          "kill -9 $(pgrep -P $L | sed -n 3p); "
+                          "start=$(date +%s); wait $L; rc=$?; echo \"rc=$rc took=$(( $(date +%s) - start ))\" >" +
+                          (dir_ / "rc.txt").string() + "; pgrep -P $L >/dev/null && echo left >>" +
+                          (dir_ / "rc.txt").string() + "; exit 0";
+  ASSERT_EQ(std::system(("bash -c '" + cmd + "'").c_str()), 0);
+  const auto rc = slurp(dir_ / "rc.txt");
+  EXPECT_EQ(rc.find("rc=0"), std::string::npos) << rc;
+  EXPECT_EQ(rc.find("left"), std::string::npos) << rc;
+  const int took = std::stoi(rc.substr(rc.find("took=") + 5));
+  EXPECT_LE(took, 10 + 15) << rc;  // the timeout, and the launcher's grace
+  const auto text = slurp(err);
+  EXPECT_NE(text.find("worker rank 2 was killed by signal 9"), std::string::npos) << text;
+  // Each surviving rank says who it is, what it waited for and from whom: one line each.
+  int lines = 0;
+  for (int r : {0, 1, 3}) {
+    const auto at = text.find("parity: rank " + std::to_string(r) + ": ");
+    if (at == std::string::npos) continue;
+    ++lines;
+    const auto line = text.substr(at, text.find('\n', at) - at);
+    EXPECT_TRUE(line.find(" from rank ") != std::string::npos ||
+                line.find(" to rank ") != std::string::npos)
+        << line;
+  }
+  EXPECT_GE(lines, 1) << text;
+  // What rank 0 dumped before the failure is kept, marked incomplete.
+  EXPECT_TRUE(fs::exists(dir_ / "d" / "rank0.h5")) << text;
+}
+
+TEST_F(Cli, MultiProcessBadInputIsOneLine) {
+  const std::string cell = "train --trainer pipelined --flavor tiny --steps 1 --seq-len 16 --quiet "
+                           "--pp 2 --vp 2 ";
+  expect_one_line_error(run(cell + "--nproc 2 --backend nccl"), "backend 'nccl' is not built");
+  if (!have_gloo()) return;
+  expect_one_line_error(run(cell + "--nproc 3"), "--nproc 3 is not dp x pp");
+  expect_one_line_error(
+      run(cell + "--backend gloo", "RANK=0 WORLD_SIZE=3 MASTER_PORT=" + std::to_string(free_port())),
+      "WORLD_SIZE 3 is not dp x pp");
+  // A port someone else holds.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ::listen(fd, 1);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const int port = ntohs(a.sin_port);
+  expect_one_line_error(run(cell + "--backend gloo --timeout-s 5",
+                            "RANK=0 WORLD_SIZE=2 MASTER_PORT=" + std::to_string(port)),
+                        "the port is in use");
+  ::close(fd);
 }
 
 }  // namespace

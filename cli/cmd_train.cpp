@@ -1,4 +1,5 @@
 // parity train --trainer reference ...: a training run with per-step metrics.
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <set>
@@ -33,12 +34,21 @@ int run_train(const TrainOptions& o) {
     observers.add(jsonl.get());
   }
   std::unique_ptr<compare::DumpWriter> dump;
-  if (!o.dump_dir.empty()) {
-    dump = std::make_unique<compare::DumpWriter>(
-        o.dump_dir, std::set<int64_t>(o.dump_steps.begin(), o.dump_steps.end()), git_sha());
+  RunOptions run = o.run;
+  const std::set<int64_t> steps(o.dump_steps.begin(), o.dump_steps.end());
+  const bool multi = run.nproc > 0 || (std::getenv("RANK") && !run.backend.empty());
+  if (!o.dump_dir.empty() && multi) {
+    // Each rank writes rank<R>.h5 with the parameters it owns.
+    const std::string dir = o.dump_dir;
+    run.rank_observer = [dir, steps](int rank, std::set<std::string> fqns) {
+      return std::unique_ptr<kernels::StepObserver>(
+          new compare::DumpWriter(dir, steps, git_sha(), rank, std::move(fqns)));
+    };
+  } else if (!o.dump_dir.empty()) {
+    dump = std::make_unique<compare::DumpWriter>(o.dump_dir, steps, git_sha());
     observers.add(dump.get());
   }
-  run_trainer(o.trainer, o.run, observers);
+  run_trainer(o.trainer, run, observers);
   return 0;
 }
 }  // namespace

@@ -1,24 +1,25 @@
 #include "cli/setup.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <thread>
-#include <chrono>
-#include <cstring>
-#include <cstdlib>
-#include <csignal>
-#include <sys/socket.h>
-#include <netinet/in.h>
-#include <arpa/inet.h>
 #include <sstream>
+#include <thread>
 
 #include "cli/commands.h"
+#include "cli/metrics.h"
 #include "compare/checkpoint.h"
 #include "datasets/corpus.h"
 #include "datasets/token_file.h"
@@ -299,8 +300,21 @@ void run_rank(const RunOptions& o, const pipelined::CommOptions& co, kernels::St
   auto comm = pipelined::make_comm(co);
   pc.comm = comm.get();
   pipelined::PipelinedTrainer t(cfg, pc, init, *rows);
+  // The ranks of dp replica 0 each keep their own parameters' file (after a step every rank
+  // holds the same summed gradients, so one replica's ranks cover every FQN once).
+  std::unique_ptr<kernels::StepObserver> own;
+  if (o.rank_observer && co.rank < o.pp) {
+    std::set<std::string> fqns;
+    const auto ranks = t.param_ranks();
+    for (size_t i = 0; i < ranks.size(); ++i)
+      if (ranks[i] == co.rank) fqns.insert(t.master().names()[i]);
+    own = o.rank_observer(co.rank, std::move(fqns));
+  }
   NullObserver quiet;
-  t.run(co.rank == 0 ? obs : quiet);
+  ObserverList all;
+  all.add(co.rank == 0 ? &obs : &quiet);
+  if (own) all.add(own.get());
+  t.run(all);
   comm->barrier();
   warn_unfired_faults(pc.faults, t.fault_hits());
   if (co.rank == 0 && report) report(t.last_stats());

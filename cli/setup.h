@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,10 @@ struct RunOptions {
   int nproc = 0;
   std::string backend;  // "" = gloo when multi-process
   double timeout_s = 300;
+  // Multi-process: an observer each rank adds for itself (its own dump file of the parameters
+  // it owns), given the rank and those FQNs; null or returning null: none.
+  std::function<std::unique_ptr<kernels::StepObserver>(int rank, std::set<std::string> fqns)>
+      rank_observer;
 };
 
 // Registers the options shared by `train` and `bench` on `cmd`.

@@ -95,8 +95,13 @@ void write_ledger(h5::File& f, const std::string& g, const kernels::Ledger& l) {
 
 }  // namespace
 
-DumpWriter::DumpWriter(std::string dir, std::set<int64_t> steps, std::string git_sha, int rank)
-    : dir_(std::move(dir)), git_sha_(std::move(git_sha)), steps_(std::move(steps)), rank_(rank) {
+DumpWriter::DumpWriter(std::string dir, std::set<int64_t> steps, std::string git_sha, int rank,
+                       std::set<std::string> only)
+    : dir_(std::move(dir)),
+      git_sha_(std::move(git_sha)),
+      steps_(std::move(steps)),
+      rank_(rank),
+      only_(std::move(only)) {
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec || !fs::is_directory(dir_))
@@ -173,6 +178,7 @@ void DumpWriter::on_step(const kernels::StepRecord& r) {
   if (!r.grads || !r.params) return;
   const auto& names = fqns_;
   for (size_t i = 0; i < r.grads->size(); ++i) {
+    if (!only_.empty() && !only_.count(names.at(i))) continue;
     write_tensor(f, g + "/grads/" + names.at(i), (*r.grads)[i]);
     write_tensor(f, g + "/params/" + names.at(i), (*r.params)[i]);
   }

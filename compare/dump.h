@@ -44,7 +44,10 @@ std::string step_group(int64_t step);  // "/step_000001"
 class DumpWriter : public kernels::StepObserver {
  public:
   // Writes dir/rank<rank>.h5 (dir is created). steps: the steps whose tensors are dumped.
-  DumpWriter(std::string dir, std::set<int64_t> steps, std::string git_sha, int rank = 0);
+  // only: the FQNs whose tensors this file holds (empty: all). A multi-process run's ranks
+  // each write the parameters they own; the reader merges the files by FQN.
+  DumpWriter(std::string dir, std::set<int64_t> steps, std::string git_sha, int rank = 0,
+             std::set<std::string> only = {});
   ~DumpWriter() override;  // a run that failed part-way: commits what it has, complete = 0
 
   void on_start(const kernels::RunInfo& info) override;
@@ -63,6 +66,7 @@ class DumpWriter : public kernels::StepObserver {
   std::unique_ptr<h5::File> file_;
   std::vector<double> losses_, norms_;
   std::vector<std::string> fqns_;
+  std::set<std::string> only_;
 };
 
 // A tensor as stored: dtype, shape, raw bytes.

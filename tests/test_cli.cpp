@@ -1,9 +1,10 @@
 // The `parity` command line as a user meets it: subcommand output, checkpoints, metrics, and
 // bad input (one line on stderr, exit code 2, no traceback).
 #include <gtest/gtest.h>
-#include <sys/socket.h>
-#include <netinet/in.h>
+
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 

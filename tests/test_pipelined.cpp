@@ -151,6 +151,28 @@ TEST(DataParallel, CachedReplicasKeepTheForwardBitwise) {
     EXPECT_TRUE(torch::equal(naive.mb_losses[0][m], cached.mb_losses[0][m])) << "micro-batch " << m;
 }
 
+// What the transport actually carried, per micro-batch and direction, is what the routing
+// tables say: (stages - 1) hidden states plus the tables' stack entries, each B x T x D.
+TEST(TransportBytes, EqualTheRoutingTablesFigures) {
+  for (auto p : {Precision::FP32, Precision::BF16})
+    for (bool cache : {true, false})
+      for (const Shape& sh : {Shape{2, 2, ""}, Shape{4, 4, ""}}) {
+        auto cfg = tiny_config(p, 1);
+        pipelined::PipelinedTrainer t(cfg, pipeline(sh, cache), tiny_params(), rows());
+        Capture c;
+        t.run(c);
+        const auto& tab = t.tables();
+        const int64_t entry = rows().seq_len() * cfg.model.dim * (p == Precision::BF16 ? 2 : 4);
+        const int64_t entries = (tab.stages.size() - 1) + (cache ? tab.volume.cached : tab.volume.naive);
+        const auto& st = t.last_stats();
+        ASSERT_EQ(st.bytes_forward_per_mb.size(), 4u);
+        for (int m = 0; m < 4; ++m) {
+          EXPECT_EQ(st.bytes_forward_per_mb[m], entries * entry) << shape_name(sh) << " mb " << m;
+          EXPECT_EQ(st.bytes_backward_per_mb[m], entries * entry) << shape_name(sh) << " mb " << m;
+        }
+      }
+}
+
 // Contract 1: the naive transport equals the reference bitwise, every step.
 class NaiveEqualsReference : public ::testing::TestWithParam<std::tuple<Shape, Precision>> {};
 

@@ -50,8 +50,9 @@ std::vector<TensorSpec> StageRunner::expected(int mb, const Blocks& wire) const 
   const auto& tok = ctx_->tokens.at(mb);
   const int64_t B = tok.size(0), T = tok.size(1), D = ctx_->model->config().dim;
   const auto dtype = ctx_->weights->tensors().at(0).scalar_type();  // the compute dtype
-  std::vector<TensorSpec> out{{{B, T, D}, dtype}};
-  if (!wire.empty()) out.push_back({{B, T, static_cast<int64_t>(wire.size()), D}, dtype});
+  const auto device = tok.device();
+  std::vector<TensorSpec> out{{{B, T, D}, dtype, device}};
+  if (!wire.empty()) out.push_back({{B, T, static_cast<int64_t>(wire.size()), D}, dtype, device});
   return out;
 }
 

@@ -159,10 +159,12 @@ void PipelinedTrainer::execute(StepContext& ctx, const std::vector<std::vector<A
     sent[M + m] = static_cast<double>(transport->bytes_sent(m, false));
   }
   if (pc_.comm) {  // the pipeline's bytes: every rank of this dp group's sends
-    auto mine = torch::tensor(sent, torch::kDouble);
+    // On the run's device: a CUDA backend broadcasts device tensors only.
+    const auto dev = torch::TensorOptions().dtype(torch::kDouble).device(torch::Device(cfg_.device));
+    auto mine = torch::tensor(sent, torch::kDouble).to(dev.device());
     std::fill(sent.begin(), sent.end(), 0.0);
     for (int root = 0; root < pc_.comm->world(); ++root) {
-      auto buf = root == pc_.comm->rank() ? mine.clone() : torch::zeros({2 * M}, torch::kDouble);
+      auto buf = root == pc_.comm->rank() ? mine.clone() : torch::zeros({2 * M}, dev);
       pc_.comm->broadcast(buf, root);
       if (root / pc_.pp == pc_.comm->rank() / pc_.pp)
         for (int i = 0; i < 2 * M; ++i) sent[i] += buf[i].item<double>();
@@ -275,7 +277,9 @@ void PipelinedTrainer::share_losses(std::vector<std::vector<at::Tensor>>& losses
   for (int r = 0; r < cfg_.dp; ++r) {
     const bool holder = r == mine && comm.rank() % pc_.pp == head_rank;
     auto ls = holder ? torch::stack(losses[r])
-                     : at::zeros({cfg_.microbatches}, at::TensorOptions().dtype(loss_dtype));
+                     : at::zeros({cfg_.microbatches}, at::TensorOptions()
+                                                          .dtype(loss_dtype)
+                                                          .device(at::Device(cfg_.device)));
     comm.broadcast(ls, r * pc_.pp + head_rank);
     losses[r].clear();
     for (int m = 0; m < cfg_.microbatches; ++m) losses[r].push_back(ls[m].clone());

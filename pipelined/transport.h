@@ -29,6 +29,7 @@ struct Tag {
 struct TensorSpec {
   std::vector<int64_t> shape;
   at::ScalarType dtype = at::kFloat;
+  at::Device device = at::kCPU;
 };
 
 class Transport {

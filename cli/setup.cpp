@@ -294,6 +294,7 @@ void run_rank(const RunOptions& o, const pipelined::CommOptions& co, kernels::St
                      std::to_string(o.dp * o.pp) + " processes (or --nproc " +
                      std::to_string(o.dp * o.pp) + ")");
   auto cfg = train_config(o);
+  if (cfg.device == "cuda") cfg.device = "cuda:" + std::to_string(co.local_rank);  // a GPU each
   auto pc = pipeline_config(o);
   auto rows = load_rows(o);
   auto init = initial_params(o, cfg.model);
@@ -340,6 +341,7 @@ void launch_local(const RunOptions& o, kernels::StepObserver& obs, const RunRepo
       int code = 0;
       try {
         co.rank = r;
+        co.local_rank = r;
         run_rank(o, co, obs, report);
       } catch (const std::exception& e) {
         if (r == 0) obs.on_abort();  // the dump keeps the steps it has, marked incomplete
@@ -420,6 +422,7 @@ void run_trainer(const std::string& trainer, const RunOptions& o, kernels::StepO
     pipelined::CommOptions co;
     co.backend = o.backend;
     co.rank = env_int("RANK");
+    co.local_rank = env("LOCAL_RANK") ? env_int("LOCAL_RANK") : 0;
     co.world = env_int("WORLD_SIZE");
     co.master_addr = env("MASTER_ADDR") ? env("MASTER_ADDR") : "127.0.0.1";
     co.master_port = env("MASTER_PORT") ? env_int("MASTER_PORT") : 29500;

@@ -26,6 +26,7 @@ class CommError : public std::runtime_error {
 struct CommOptions {
   std::string backend = "gloo";
   int rank = 0, world = 1;
+  int local_rank = 0;  // the rank on its machine (LOCAL_RANK): which GPU a CUDA run uses
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   double timeout_s = 300;

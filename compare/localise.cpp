@@ -172,8 +172,7 @@ struct Side {
 };
 
 // Sum of the contributions to block `block` of micro-batch mb read on `stage`.
-std::vector<double> stage_terms(const Side& s, int mb, int block, int stage, int64_t E,
-                                double* abs_total) {
+std::vector<double> stage_terms(const Side& s, int mb, int block, int stage, int64_t E) {
   std::vector<double> d(E, 0.0);
   auto it = s.ledger.blocks.find({mb, block});
   if (it == s.ledger.blocks.end() || it->second.contributions.bytes.empty()) return d;
@@ -183,7 +182,6 @@ std::vector<double> stage_terms(const Side& s, int mb, int block, int stage, int
     if (s.shape->stage_of(r.unit) != stage) continue;
     for (int64_t e = 0; e < E; ++e) {
       d[e] += c[row * E + e];
-      *abs_total += std::fabs(c[row * E + e]);
     }
   }
   return d;
@@ -229,8 +227,7 @@ std::string explain(const Side& s, int mb, int block, const SelfCheck& sc) {
   std::vector<double> all(E, 0.0);
   for (int st = 0; st < stages; ++st)
     for (int other : blocks) {
-      double t = 0;
-      auto d = stage_terms(s, mb, other, st, E, &t);
+      auto d = stage_terms(s, mb, other, st, E);
       if (other != block) {
         consider(d, +1, st, other);
         continue;

@@ -19,6 +19,7 @@ struct TrainOptions {
   RunOptions run;
   std::string trainer = "reference";
   std::string metrics;
+  std::string summary;
   std::string dump_dir;
   std::vector<int64_t> dump_steps{1};
   bool quiet = false;
@@ -33,9 +34,16 @@ int run_train(const TrainOptions& o) {
     jsonl = std::make_unique<JsonlObserver>(o.metrics);
     observers.add(jsonl.get());
   }
+  std::unique_ptr<SummaryObserver> summary;
+  if (!o.summary.empty()) {
+    summary = std::make_unique<SummaryObserver>(o.summary);
+    observers.add(summary.get());
+  }
   std::unique_ptr<compare::DumpWriter> dump;
   RunOptions run = o.run;
   const std::set<int64_t> steps(o.dump_steps.begin(), o.dump_steps.end());
+  // The ledger is only ever read from a dump: record it on the dumped steps alone.
+  if (run.ledger && !o.dump_dir.empty()) run.ledger_steps = o.dump_steps;
   const bool multi = run.nproc > 0 || (std::getenv("RANK") && !run.backend.empty());
   if (!o.dump_dir.empty() && multi) {
     // Each rank writes rank<R>.h5 with the parameters it owns.
@@ -48,7 +56,14 @@ int run_train(const TrainOptions& o) {
     dump = std::make_unique<compare::DumpWriter>(o.dump_dir, steps, git_sha());
     observers.add(dump.get());
   }
-  run_trainer(o.trainer, run, observers);
+  RunReport report;
+  if (summary)
+    report = [&summary, &o](const pipelined::PipelineStats& st) {
+      const bool pipe = o.trainer == "pipelined";
+      summary->write(st.bytes_forward, st.bytes_backward, pipe ? &st.bytes_forward_per_mb : nullptr,
+                     pipe ? &st.bytes_backward_per_mb : nullptr);
+    };
+  run_trainer(o.trainer, run, observers, report);
   return 0;
 }
 }  // namespace
@@ -59,6 +74,8 @@ Command add_train_command(CLI::App& app) {
   cmd->add_option("--trainer", o->trainer, "reference or pipelined")->capture_default_str();
   add_run_options(*cmd, o->run);
   cmd->add_option("--metrics", o->metrics, "write per-step metrics as JSONL to this file");
+  cmd->add_option("--summary", o->summary, "write the run's step times and transport bytes "
+                                          "as JSON to this file");
   cmd->add_flag("--quiet", o->quiet, "no per-step console lines");
   cmd->add_option("--dump", o->dump_dir, "write an HDF5 dump (rank<R>.h5) to this directory");
   cmd->add_option("--dump-steps", o->dump_steps, "steps whose gradients and parameters are "

@@ -3,7 +3,9 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 
 #include "cli/commands.h"
@@ -65,6 +67,43 @@ void JsonlObserver::on_step(const kernels::StepRecord& r) {
 }
 
 void JsonlObserver::on_end() { out_.close(); }
+
+SummaryObserver::SummaryObserver(const std::string& path) : path_(path) {
+  std::ofstream probe(path);
+  if (!probe)
+    throw UsageError("cannot write summary file '" + path + "'; check the directory exists "
+                     "and is writable");
+}
+
+void SummaryObserver::on_step(const kernels::StepRecord& r) {
+  seconds_.push_back(r.seconds);
+  tokens_ = r.tokens;
+}
+
+void SummaryObserver::write(int64_t bytes_forward, int64_t bytes_backward,
+                            const std::vector<int64_t>* fwd_per_mb,
+                            const std::vector<int64_t>* bwd_per_mb) {
+  auto mean = [](const std::vector<int64_t>* v) -> int64_t {
+    if (!v || v->empty()) return -1;
+    int64_t sum = 0;
+    for (auto b : *v) sum += b;
+    return sum / static_cast<int64_t>(v->size());
+  };
+  std::vector<double> sorted = seconds_;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted.empty() ? 0.0 : sorted[sorted.size() / 2];
+  nlohmann::json j = {{"steps", seconds_.size()},
+                      {"tokens_per_step", tokens_},
+                      {"seconds", seconds_},
+                      {"seconds_per_step", median},
+                      {"bytes_forward_per_mb", mean(fwd_per_mb)},
+                      {"bytes_backward_per_mb", mean(bwd_per_mb)},
+                      {"bytes_forward", fwd_per_mb ? bytes_forward : -1},
+                      {"bytes_backward", bwd_per_mb ? bytes_backward : -1}};
+  std::ofstream out(path_);
+  out << j.dump(1) << "\n";
+  if (!out.flush()) throw std::runtime_error("cannot write summary file '" + path_ + "'");
+}
 
 void ObserverList::on_start(const kernels::RunInfo& info) {
   for (auto* o : observers_) o->on_start(info);

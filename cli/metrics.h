@@ -42,6 +42,25 @@ class JsonlObserver : public kernels::StepObserver {
   std::ofstream out_;
 };
 
+// The run in one JSON file (--summary), written once the run is over:
+//   {"steps", "tokens_per_step", "seconds": [per step], "seconds_per_step": median,
+//    "bytes_forward_per_mb", "bytes_backward_per_mb" (pipelined; -1 otherwise),
+//    "bytes_forward", "bytes_backward" (the last step's, whole)}
+class SummaryObserver : public kernels::StepObserver {
+ public:
+  explicit SummaryObserver(const std::string& path);  // throws UsageError if it cannot write
+  void on_step(const kernels::StepRecord& r) override;
+  // After the run: the transport's figures (bytes per micro-batch are the mean over the
+  // step's micro-batches); pass null for the reference.
+  void write(int64_t bytes_forward, int64_t bytes_backward, const std::vector<int64_t>* fwd_per_mb,
+             const std::vector<int64_t>* bwd_per_mb);
+
+ private:
+  std::string path_;
+  std::vector<double> seconds_;
+  int64_t tokens_ = 0;
+};
+
 // Fans every call out to several observers, in order.
 class ObserverList : public kernels::StepObserver {
  public:

@@ -216,6 +216,7 @@ kernels::TrainConfig train_config(const RunOptions& o) {
   c.reverse_microbatches = o.reverse_microbatches;
   c.freeze_embedding = o.freeze_embedding;
   c.ledger = o.ledger;
+  c.ledger_steps = o.ledger_steps;
   c.adamw.lr = o.lr;
   c.adamw.warmup_steps = o.warmup;
   return c;

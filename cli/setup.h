@@ -49,6 +49,7 @@ struct RunOptions {
   bool reverse_microbatches = false;
   bool freeze_embedding = false;
   bool ledger = false;  // record the contribution ledger (dumped with --dump)
+  std::vector<int64_t> ledger_steps;  // the steps it records; empty = every step
   std::vector<std::string> inject;  // fault specs, pipelined trainer only
   // Multi-process (pipelined): --nproc N local workers, or one rank of a run started
   // elsewhere (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT in the environment).

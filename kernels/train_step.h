@@ -6,7 +6,9 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -40,8 +42,14 @@ struct TrainConfig {
   // The embedding gets no gradient and no update (as under LoRA): block 0 then has nothing
   // trainable upstream, and its gradient deposits are discarded.
   bool freeze_embedding = false;
-  // Ledger mode: record every stack read's gradient contribution (kernels/ledger.h).
+  // Ledger mode: record every stack read's gradient contribution (kernels/ledger.h), on the
+  // steps in ledger_steps (empty: every step). The taps move no bit either way.
   bool ledger = false;
+  std::vector<int64_t> ledger_steps;
+  bool ledger_on(int64_t step) const {
+    return ledger && (ledger_steps.empty() ||
+                      std::find(ledger_steps.begin(), ledger_steps.end(), step) != ledger_steps.end());
+  }
   OptimizerKind optimizer = OptimizerKind::AdamW;
   AdamWConfig adamw;
   double sgd_lr = 1.0;  // SGD's constant rate

@@ -213,7 +213,7 @@ void PipelinedTrainer::step(int64_t s, kernels::StepObserver& observer) {
     auto b = batch(s, r);
     n_global = b.n_global;
     auto ctx = context(weights, b, /*training=*/true);
-    if (cfg_.ledger) {
+    if (cfg_.ledger_on(s)) {
       ctx.ledger = &ledger_;
       ctx.ledger_mb_base = r * cfg_.microbatches;
     }
@@ -235,7 +235,7 @@ void PipelinedTrainer::step(int64_t s, kernels::StepObserver& observer) {
     mb_losses.insert(mb_losses.end(), replica_losses[r].begin(), replica_losses[r].end());
   }
   kernels::finish_step(cfg_, s, optimizer_, master_, std::move(grads), loss, mb_losses, n_global,
-                       t0, observer, cfg_.ledger ? &ledger_ : nullptr);
+                       t0, observer, cfg_.ledger_on(s) ? &ledger_ : nullptr);
 }
 
 void PipelinedTrainer::share_replicas(std::vector<std::vector<at::Tensor>>& grads,

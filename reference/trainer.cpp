@@ -83,7 +83,7 @@ void ReferenceTrainer::step(int64_t s, kernels::StepObserver& observer) {
     for (int m = 0; m < cfg_.microbatches; ++m) {
       auto [tok, lab] = microbatch(s, r, m);
       std::optional<kernels::LedgerScope> scope;
-      if (cfg_.ledger) scope.emplace(&ledger_, r * cfg_.microbatches + m);
+      if (cfg_.ledger_on(s)) scope.emplace(&ledger_, r * cfg_.microbatches + m);
       auto l_m = model_.loss_sum(weights, buffers_, tok, lab) / static_cast<double>(n_global);
       l_m.backward();
       replica_losses.push_back(l_m.detach());
@@ -99,7 +99,7 @@ void ReferenceTrainer::step(int64_t s, kernels::StepObserver& observer) {
     for (auto& l : replica_losses) mb_losses.push_back(l);
   }
   kernels::finish_step(cfg_, s, optimizer_, master_, std::move(grads), loss, mb_losses, n_global,
-                       t0, observer, cfg_.ledger ? &ledger_ : nullptr);
+                       t0, observer, cfg_.ledger_on(s) ? &ledger_ : nullptr);
 }
 
 }  // namespace parity::reference

@@ -1,0 +1,334 @@
+#include "reports/matrix.h"
+
+#include <toml++/toml.h>
+
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace parity::reports {
+
+const char* to_string(Gate g) {
+  switch (g) {
+    case Gate::None: return "none";
+    case Gate::Bitwise: return "bitwise";
+    case Gate::OrderOnly: return "order-only";
+  }
+  return "?";
+}
+
+std::string Cell::batch_shape() const {
+  return flavor + "_s" + std::to_string(seed) + "_" + std::to_string(dp) + "x" +
+         std::to_string(microbatches) + "x" + std::to_string(rows) + "x" + std::to_string(seq_len);
+}
+
+namespace {
+// The learning rate as the shortest text that reads back to the same double.
+std::string lr_text(double v) {
+  char buf[32];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+}  // namespace
+
+std::vector<std::string> Cell::train_args() const {
+  std::vector<std::string> a = {"--trainer",      trainer,
+                                "--flavor",       flavor,
+                                "--dtype",        dtype,
+                                "--steps",        std::to_string(steps),
+                                "--microbatches", std::to_string(microbatches),
+                                "--batch",        std::to_string(rows),
+                                "--seq-len",      std::to_string(seq_len),
+                                "--seed",         std::to_string(seed),
+                                "--lr",           lr_text(lr),
+                                "--threads",      std::to_string(threads),
+                                "--dp",           std::to_string(dp),
+                                "--clip-order",   clip_order,
+                                "--grad-accum",   grad_accum};
+  // The reference takes pp and vp too: its per-rank clip order reads the layout from them.
+  if (pipelined() || clip_order == "per-rank")
+    for (const std::string& s : {std::string("--pp"), std::to_string(pp), std::string("--vp"),
+                                 std::to_string(vp)})
+      a.push_back(s);
+  if (pipelined()) {
+    a.insert(a.end(), {"--cache", cache});
+    if (!schedule.empty()) a.insert(a.end(), {"--schedule", schedule});
+    if (!split.empty()) a.insert(a.end(), {"--split", split});
+  }
+  if (reverse_microbatches) a.push_back("--reverse-microbatches");
+  if (nproc > 0) a.insert(a.end(), {"--nproc", std::to_string(nproc), "--backend",
+                                    backend.empty() ? "gloo" : backend});
+  for (const auto& f : inject) a.insert(a.end(), {"--inject", f});
+  return a;
+}
+
+const Cell* Matrix::find(const std::string& name) const {
+  for (const auto& c : cells)
+    if (c.name == name) return &c;
+  return nullptr;
+}
+
+std::vector<std::vector<const Cell*>> Matrix::tables() const {
+  std::vector<std::vector<const Cell*>> out;
+  for (const auto& ref : cells) {
+    if (!ref.reference.empty()) continue;
+    out.push_back({&ref});
+    for (const auto& c : cells)
+      if (c.reference == ref.name) out.back().push_back(&c);
+  }
+  return out;
+}
+
+namespace {
+
+// Where a value sits, for errors: "quick.toml:12 (cell 'pp2'), key 'vp'".
+struct Place {
+  std::string source;
+  std::string cell;  // "" for the defaults table
+  std::string key;
+  int64_t line = 0;
+  std::string text() const {
+    std::string s = source;
+    if (line > 0) s += ":" + std::to_string(line);
+    s += cell.empty() ? " ([defaults])" : " (cell '" + cell + "')";
+    if (!key.empty()) s += ", key '" + key + "'";
+    return s;
+  }
+};
+
+[[noreturn]] void fail(const Place& p, const std::string& what) {
+  throw MatrixError(p.text() + ": " + what);
+}
+
+std::string get_string(const toml::node& n, const Place& p) {
+  if (auto v = n.value<std::string>()) return *v;
+  fail(p, "expected a string");
+}
+
+int64_t get_int(const toml::node& n, const Place& p, int64_t min) {
+  auto v = n.value<int64_t>();
+  if (!v || !n.is_integer()) fail(p, "expected an integer");
+  if (*v < min) fail(p, "must be at least " + std::to_string(min) + ", got " + std::to_string(*v));
+  return *v;
+}
+
+double get_positive(const toml::node& n, const Place& p) {
+  auto v = n.value<double>();  // an integer reads as a double too
+  if (!v || !(n.is_floating_point() || n.is_integer())) fail(p, "expected a number");
+  if (!(*v > 0)) fail(p, "must be positive");
+  return *v;
+}
+
+bool get_bool(const toml::node& n, const Place& p) {
+  if (!n.is_boolean()) fail(p, "expected true or false");
+  return *n.value<bool>();
+}
+
+std::string one_of(const toml::node& n, const Place& p, std::initializer_list<const char*> allowed) {
+  const std::string v = get_string(n, p);
+  std::string list;
+  for (const char* a : allowed) {
+    if (v == a) return v;
+    list += std::string(list.empty() ? "" : ", ") + a;
+  }
+  fail(p, "'" + v + "' is not one of: " + list);
+}
+
+using Setter = std::function<void(Cell&, const toml::node&, const Place&)>;
+
+const std::map<std::string, Setter>& setters() {
+  static const std::map<std::string, Setter> s = {
+      {"name", [](Cell& c, auto& n, auto& p) { c.name = get_string(n, p); }},
+      {"label", [](Cell& c, auto& n, auto& p) { c.label = get_string(n, p); }},
+      {"trainer", [](Cell& c, auto& n, auto& p) { c.trainer = one_of(n, p, {"reference", "pipelined"}); }},
+      {"flavor", [](Cell& c, auto& n, auto& p) { c.flavor = get_string(n, p); }},
+      {"dtype", [](Cell& c, auto& n, auto& p) { c.dtype = one_of(n, p, {"fp32", "bf16", "fp64"}); }},
+      {"steps", [](Cell& c, auto& n, auto& p) { c.steps = get_int(n, p, 1); }},
+      {"microbatches", [](Cell& c, auto& n, auto& p) { c.microbatches = int(get_int(n, p, 1)); }},
+      {"rows", [](Cell& c, auto& n, auto& p) { c.rows = int(get_int(n, p, 1)); }},
+      {"seq_len", [](Cell& c, auto& n, auto& p) { c.seq_len = get_int(n, p, 1); }},
+      {"seed", [](Cell& c, auto& n, auto& p) { c.seed = uint64_t(get_int(n, p, 0)); }},
+      {"lr", [](Cell& c, auto& n, auto& p) { c.lr = get_positive(n, p); }},
+      {"threads", [](Cell& c, auto& n, auto& p) { c.threads = int(get_int(n, p, 1)); }},
+      {"dp", [](Cell& c, auto& n, auto& p) { c.dp = int(get_int(n, p, 1)); }},
+      {"pp", [](Cell& c, auto& n, auto& p) { c.pp = int(get_int(n, p, 1)); }},
+      {"vp", [](Cell& c, auto& n, auto& p) { c.vp = int(get_int(n, p, 1)); }},
+      {"schedule", [](Cell& c, auto& n, auto& p) { c.schedule = one_of(n, p, {"1f1b", "interleaved1f1b"}); }},
+      {"cache", [](Cell& c, auto& n, auto& p) { c.cache = one_of(n, p, {"on", "off"}); }},
+      {"split", [](Cell& c, auto& n, auto& p) { c.split = get_string(n, p); }},
+      {"clip_order", [](Cell& c, auto& n, auto& p) { c.clip_order = one_of(n, p, {"single", "per-rank"}); }},
+      {"grad_accum", [](Cell& c, auto& n, auto& p) { c.grad_accum = one_of(n, p, {"auto", "bf16", "fp32"}); }},
+      {"reverse_microbatches", [](Cell& c, auto& n, auto& p) { c.reverse_microbatches = get_bool(n, p); }},
+      {"reference", [](Cell& c, auto& n, auto& p) { c.reference = get_string(n, p); }},
+      {"gate", [](Cell& c, auto& n, auto& p) {
+         const auto g = one_of(n, p, {"none", "bitwise", "order-only"});
+         c.gate = g == "bitwise" ? Gate::Bitwise : g == "order-only" ? Gate::OrderOnly : Gate::None;
+       }},
+      {"nproc", [](Cell& c, auto& n, auto& p) { c.nproc = int(get_int(n, p, 0)); }},
+      {"backend", [](Cell& c, auto& n, auto& p) { c.backend = one_of(n, p, {"gloo", "nccl"}); }},
+      {"inject", [](Cell& c, auto& n, auto& p) {
+         const auto* arr = n.as_array();
+         if (!arr) fail(p, "expected an array of fault specs, e.g. [\"drop-deposit:block=1,stage=2\"]");
+         c.inject.clear();
+         for (const auto& e : *arr) c.inject.push_back(get_string(e, p));
+       }},
+  };
+  return s;
+}
+
+std::string known_keys() {
+  std::string s;
+  for (const auto& [k, _] : setters()) s += (s.empty() ? "" : ", ") + k;
+  return s;
+}
+
+void apply(Cell& c, const toml::table& t, Place p) {
+  for (const auto& [key, node] : t) {
+    p.key = std::string(key.str());
+    p.line = node.source().begin.line;
+    auto it = setters().find(p.key);
+    if (it == setters().end())
+      fail(p, "unknown key; a cell takes: " + known_keys());
+    if (p.cell.empty() && (p.key == "name" || p.key == "label" || p.key == "reference"))
+      fail(p, "'" + p.key + "' belongs to one cell, not to [defaults]");
+    it->second(c, node, p);
+  }
+}
+
+bool valid_name(const std::string& n) {
+  if (n.empty()) return false;
+  for (char ch : n)
+    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' || ch == '.'))
+      return false;
+  return n != "." && n != "..";
+}
+
+// The drift table's row name when the file gives none, in the seed's words.
+std::string default_label(const Cell& c, const Cell* ref) {
+  std::string s;
+  if (c.pipelined()) {
+    if (c.dp > 1) s = "dp" + std::to_string(c.dp) + " x ";
+    s += "pp" + std::to_string(c.pp);
+    if (c.vp > 1) s += " x vp" + std::to_string(c.vp) + (c.cache == "on" ? ", cached" : ", naive");
+  } else {
+    s = "dp" + std::to_string(c.dp);
+  }
+  if (c.grad_accum == "fp32" && c.dtype == "bf16") s += ", stock accumulation";
+  if (c.reverse_microbatches) s += ", micro-batches reversed";
+  if (c.clip_order == "per-rank") s += ", per-rank clip";
+  if (c.nproc > 0) s += ", " + std::to_string(c.nproc) + " processes";
+  for (const auto& f : c.inject) s += ", fault " + f;
+  if (ref && c.train_args() == ref->train_args()) s += ", repeat";
+  return s;
+}
+
+}  // namespace
+
+Matrix parse_matrix(const std::string& text, const std::string& source) {
+  toml::table root;
+  try {
+    root = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    throw MatrixError(source + ":" + std::to_string(e.source().begin.line) + ": not valid TOML: " +
+                      std::string(e.description()));
+  }
+  Matrix m;
+  m.source = source;
+  Cell defaults;
+  const Place top{source, "", "", 0};
+  for (const auto& [key, node] : root) {
+    Place p = top;
+    p.key = std::string(key.str());
+    p.line = node.source().begin.line;
+    p.cell = "top level";
+    if (p.key == "name") {
+      m.name = get_string(node, p);
+    } else if (p.key == "description") {
+      get_string(node, p);
+    } else if (p.key == "report_steps") {
+      const auto* arr = node.as_array();
+      if (!arr || arr->empty()) fail(p, "expected a non-empty array of steps, e.g. [1, 10, 50, 100]");
+      m.report_steps.clear();
+      for (const auto& e : *arr) m.report_steps.push_back(get_int(e, p, 1));
+    } else if (p.key == "defaults") {
+      const auto* t = node.as_table();
+      if (!t) fail(p, "expected a table: [defaults]");
+      p.cell.clear();
+      apply(defaults, *t, p);
+    } else if (p.key != "cell") {
+      fail(p, "unknown key; the top level takes: name, description, report_steps, [defaults], "
+              "[[cell]]");
+    }
+  }
+  const auto* cells = root["cell"].as_array();
+  if (!cells || cells->empty())
+    throw MatrixError(source + ": no cells; add at least one [[cell]] table with a name");
+  std::set<std::string> names;
+  for (size_t i = 0; i < cells->size(); ++i) {
+    const auto* t = (*cells)[i].as_table();
+    Place p{source, "#" + std::to_string(i + 1), "", (*cells)[i].source().begin.line};
+    if (!t) fail(p, "expected a table: [[cell]]");
+    Cell c = defaults;
+    c.name.clear();
+    if (auto n = (*t)["name"].value<std::string>()) p.cell = *n;
+    apply(c, *t, p);
+    p.key.clear();
+    p.line = t->source().begin.line;
+    if (!valid_name(c.name))
+      fail(p, "every cell needs a name of letters, digits, '_', '-' or '.' (it names its "
+              "directory), got '" + c.name + "'");
+    if (!names.insert(c.name).second) fail(p, "a second cell named '" + c.name + "'; names are unique");
+    if (c.nproc > 0 && !c.pipelined())
+      fail(p, "nproc needs trainer = \"pipelined\" (the reference runs in one process)");
+    if (!c.inject.empty() && !c.pipelined())
+      fail(p, "inject needs trainer = \"pipelined\" (faults break the pipeline's routing)");
+    if (!c.pipelined() && c.vp > 1 && c.clip_order != "per-rank")
+      fail(p, "vp belongs to trainer = \"pipelined\" (or the reference's per-rank clip order)");
+    m.cells.push_back(std::move(c));
+  }
+  for (auto& c : m.cells) {
+    if (c.reference.empty()) continue;
+    const Place p{source, c.name, "reference", 0};
+    const Cell* ref = m.find(c.reference);
+    if (!ref) fail(p, "no cell named '" + c.reference + "'; name one of this file's cells");
+    if (ref == &c) fail(p, "a cell cannot be its own reference; drop the key to make it one");
+    if (!ref->reference.empty())
+      fail(p, "'" + c.reference + "' is compared against '" + ref->reference +
+                  "' itself; name a reference cell (one without a reference key)");
+    if (ref->flavor != c.flavor)
+      fail(p, "flavor '" + c.flavor + "' against a reference of flavor '" + ref->flavor +
+                  "': the parameters differ, nothing can be compared");
+  }
+  for (auto& c : m.cells) {
+    if (!c.label.empty()) continue;
+    c.label = default_label(c, c.reference.empty() ? nullptr : m.find(c.reference));
+  }
+  for (auto& c : m.cells)
+    if (c.reference.empty() && c.gate != Gate::None)
+      fail({source, c.name, "gate", 0}, "a reference has nothing to be gated against; give the "
+                                        "gate to the cells that name it");
+  return m;
+}
+
+Matrix load_matrix(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    if (const std::string text = embedded_matrix(path); !text.empty())
+      return parse_matrix(text, "<embedded " + path + ">");
+    throw MatrixError("cannot read matrix file '" + path + "'; give a path to a TOML file or a "
+                      "shipped matrix name (quick, seed)");
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_matrix(ss.str(), path);
+}
+
+}  // namespace parity::reports

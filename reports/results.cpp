@@ -1,0 +1,254 @@
+#include "reports/results.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+namespace parity::reports {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const StepPoint* CellResult::at(int64_t step) const {
+  for (const auto& s : steps)
+    if (s.step == step) return &s;
+  return nullptr;
+}
+
+const CellResult* MatrixResult::find(const std::string& name) const {
+  for (const auto& c : cells)
+    if (c.cell.name == name) return &c;
+  return nullptr;
+}
+
+bool MatrixResult::complete() const {
+  for (const auto& c : cells)
+    if (!c.ok()) return false;
+  return true;
+}
+
+bool MatrixResult::gates_ok() const {
+  for (const auto& c : cells)
+    if (!c.gate.passed) return false;
+  return true;
+}
+
+namespace {
+
+json cell_json(const Cell& c) {
+  return {{"name", c.name},
+          {"label", c.label},
+          {"trainer", c.trainer},
+          {"flavor", c.flavor},
+          {"dtype", c.dtype},
+          {"steps", c.steps},
+          {"microbatches", c.microbatches},
+          {"rows", c.rows},
+          {"seq_len", c.seq_len},
+          {"seed", c.seed},
+          {"lr", c.lr},
+          {"threads", c.threads},
+          {"dp", c.dp},
+          {"pp", c.pp},
+          {"vp", c.vp},
+          {"schedule", c.schedule},
+          {"cache", c.cache},
+          {"split", c.split},
+          {"clip_order", c.clip_order},
+          {"grad_accum", c.grad_accum},
+          {"reverse_microbatches", c.reverse_microbatches},
+          {"reference", c.reference},
+          {"gate", to_string(c.gate)},
+          {"nproc", c.nproc},
+          {"backend", c.backend},
+          {"inject", c.inject}};
+}
+
+Gate gate_from(const std::string& s) {
+  if (s == "bitwise") return Gate::Bitwise;
+  if (s == "order-only") return Gate::OrderOnly;
+  if (s == "none") return Gate::None;
+  throw MatrixError("unknown gate '" + s + "' in results");
+}
+
+Cell cell_from(const json& j) {
+  Cell c;
+  c.name = j.at("name");
+  c.label = j.at("label");
+  c.trainer = j.at("trainer");
+  c.flavor = j.at("flavor");
+  c.dtype = j.at("dtype");
+  c.steps = j.at("steps");
+  c.microbatches = j.at("microbatches");
+  c.rows = j.at("rows");
+  c.seq_len = j.at("seq_len");
+  c.seed = j.at("seed");
+  c.lr = j.value("lr", c.lr);
+  c.threads = j.at("threads");
+  c.dp = j.at("dp");
+  c.pp = j.at("pp");
+  c.vp = j.at("vp");
+  c.schedule = j.at("schedule");
+  c.cache = j.at("cache");
+  c.split = j.at("split");
+  c.clip_order = j.at("clip_order");
+  c.grad_accum = j.at("grad_accum");
+  c.reverse_microbatches = j.at("reverse_microbatches");
+  c.reference = j.at("reference");
+  c.gate = gate_from(j.at("gate"));
+  c.nproc = j.at("nproc");
+  c.backend = j.at("backend");
+  c.inject = j.at("inject").get<std::vector<std::string>>();
+  return c;
+}
+
+// kUlpInfinite is written as the string "inf" (JSON readers lose 64-bit integers).
+json ulp_json(uint64_t u) { return u == kUlpInfinite ? json("inf") : json(u); }
+uint64_t ulp_from(const json& j) { return j.is_string() ? kUlpInfinite : j.get<uint64_t>(); }
+
+json cell_result_json(const CellResult& c) {
+  json steps = json::array();
+  for (const auto& s : c.steps)
+    steps.push_back({{"step", s.step}, {"loss", s.loss}, {"grad_norm", s.grad_norm},
+                     {"loss_hex", s.loss_hex}, {"grad_norm_hex", s.grad_norm_hex},
+                     {"seconds", s.seconds}});
+  json ulps = json::array();
+  for (auto u : c.step1.grad_ulps) ulps.push_back(ulp_json(u));
+  return {{"cell", cell_json(c.cell)},
+          {"status", c.status},
+          {"error", c.error},
+          {"log", c.log},
+          {"wall_seconds", c.wall_seconds},
+          {"seconds_per_step", c.seconds_per_step},
+          {"tokens_per_step", c.tokens_per_step},
+          {"bytes_forward_per_mb", c.bytes_forward_per_mb},
+          {"bytes_backward_per_mb", c.bytes_backward_per_mb},
+          {"steps", steps},
+          {"step1",
+           {{"have", c.step1.have},
+            {"why_not", c.step1.why_not},
+            {"tensors", c.step1.tensors},
+            {"wrong_tensors", c.step1.wrong_tensors},
+            {"max_ulp", ulp_json(c.step1.max_ulp)},
+            {"grad_ulps", ulps},
+            {"scalars_equal", c.step1.scalars_equal}}},
+          {"verdicts",
+           {{"have", c.verdicts.have},
+            {"why_not", c.verdicts.why_not},
+            {"exact", c.verdicts.exact},
+            {"order_only", c.verdicts.order_only},
+            {"wrong", c.verdicts.wrong},
+            {"first_wrong", c.verdicts.first_wrong},
+            {"divergence", c.verdicts.divergence}}},
+          {"gate", {{"gate", to_string(c.gate.gate)}, {"passed", c.gate.passed}, {"why", c.gate.why}}},
+          {"layout", c.layout}};
+}
+
+CellResult cell_result_from(const json& j) {
+  CellResult c;
+  c.cell = cell_from(j.at("cell"));
+  c.status = j.at("status");
+  c.error = j.at("error");
+  c.log = j.at("log");
+  c.wall_seconds = j.at("wall_seconds");
+  c.seconds_per_step = j.at("seconds_per_step");
+  c.tokens_per_step = j.at("tokens_per_step");
+  c.bytes_forward_per_mb = j.at("bytes_forward_per_mb");
+  c.bytes_backward_per_mb = j.at("bytes_backward_per_mb");
+  for (const auto& s : j.at("steps"))
+    c.steps.push_back({s.at("step"), s.at("loss"), s.at("grad_norm"), s.at("loss_hex"),
+                       s.at("grad_norm_hex"), s.at("seconds")});
+  const auto& d = j.at("step1");
+  c.step1.have = d.at("have");
+  c.step1.why_not = d.at("why_not");
+  c.step1.tensors = d.at("tensors");
+  c.step1.wrong_tensors = d.at("wrong_tensors");
+  c.step1.max_ulp = ulp_from(d.at("max_ulp"));
+  for (const auto& u : d.at("grad_ulps")) c.step1.grad_ulps.push_back(ulp_from(u));
+  c.step1.scalars_equal = d.at("scalars_equal");
+  const auto& v = j.at("verdicts");
+  c.verdicts.have = v.at("have");
+  c.verdicts.why_not = v.at("why_not");
+  c.verdicts.exact = v.at("exact");
+  c.verdicts.order_only = v.at("order_only");
+  c.verdicts.wrong = v.at("wrong");
+  c.verdicts.first_wrong = v.at("first_wrong");
+  c.verdicts.divergence = v.at("divergence");
+  const auto& g = j.at("gate");
+  c.gate.gate = gate_from(g.at("gate"));
+  c.gate.passed = g.at("passed");
+  c.gate.why = g.at("why");
+  c.layout = j.at("layout");
+  return c;
+}
+
+}  // namespace
+
+json to_json(const MatrixResult& r) {
+  json cells = json::array();
+  for (const auto& c : r.cells) cells.push_back(cell_result_json(c));
+  return {{"schema", "parity.matrix_result"},
+          {"schema_version", 1},
+          {"matrix", r.matrix},
+          {"source", r.source},
+          {"git_sha", r.git_sha},
+          {"started", r.started},
+          {"wall_seconds", r.wall_seconds},
+          {"report_steps", r.report_steps},
+          {"cells", cells}};
+}
+
+MatrixResult from_json(const json& j) {
+  try {
+    if (j.value("schema", "") != "parity.matrix_result")
+      throw MatrixError("not a parity matrix result (schema '" + j.value("schema", "") + "')");
+    MatrixResult r;
+    r.matrix = j.at("matrix");
+    r.source = j.at("source");
+    r.git_sha = j.at("git_sha");
+    r.started = j.at("started");
+    r.wall_seconds = j.at("wall_seconds");
+    r.report_steps = j.at("report_steps").get<std::vector<int64_t>>();
+    for (const auto& c : j.at("cells")) r.cells.push_back(cell_result_from(c));
+    return r;
+  } catch (const json::exception& e) {
+    throw MatrixError(std::string("malformed matrix result: ") + e.what());
+  }
+}
+
+void write_results(const std::string& dir, const MatrixResult& r) {
+  // Written whole to a temporary file, then renamed: a reader never sees half a file.
+  const fs::path final_path = fs::path(dir) / "results.json";
+  const fs::path tmp = fs::path(dir) / "results.json.tmp";
+  {
+    std::ofstream out(tmp);
+    out << to_json(r).dump(1) << "\n";
+    if (!out.flush())
+      throw MatrixError("cannot write '" + tmp.string() + "'; check the directory is writable");
+  }
+  fs::rename(tmp, final_path);
+}
+
+MatrixResult read_results(const std::string& dir) {
+  if (!fs::is_directory(dir))
+    throw MatrixError("'" + dir + "' is not a directory; give the --out directory of a "
+                      "`parity matrix run`");
+  const fs::path p = fs::path(dir) / "results.json";
+  std::ifstream in(p);
+  if (!in)
+    throw MatrixError("'" + dir + "' holds no results.json: no matrix run wrote there; run "
+                      "`parity matrix run FILE --out " + dir + "` first");
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::exception& e) {
+    throw MatrixError(p.string() + ": not valid JSON (" + e.what() + "); rerun the matrix");
+  }
+  try {
+    return from_json(j);
+  } catch (const MatrixError& e) {
+    throw MatrixError(p.string() + ": " + e.what());
+  }
+}
+
+}  // namespace parity::reports

@@ -29,5 +29,8 @@ Command add_schedule_command(CLI::App& app);
 Command add_compare_command(CLI::App& app);
 Command add_closed_form_command(CLI::App& app);
 Command add_localise_command(CLI::App& app);
+Command add_matrix_command(CLI::App& app);
+Command add_report_command(CLI::App& app);
+Command add_gate_command(CLI::App& app);
 
 }  // namespace parity::cli

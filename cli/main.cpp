@@ -18,6 +18,7 @@
 #include "pipelined/rank_store.h"
 #include "pipelined/schedule.h"
 #include "pipelined/split.h"
+#include "reports/matrix.h"
 
 namespace {
 
@@ -29,7 +30,8 @@ bool is_bad_input(const std::exception& e) {
          dynamic_cast<const compare::CheckpointError*>(&e) ||
          dynamic_cast<const compare::DumpError*>(&e) || dynamic_cast<const h5::Error*>(&e) ||
          dynamic_cast<const pipelined::SplitError*>(&e) ||
-         dynamic_cast<const pipelined::ScheduleError*>(&e);
+         dynamic_cast<const pipelined::ScheduleError*>(&e) ||
+         dynamic_cast<const reports::MatrixError*>(&e);
 }
 
 }  // namespace
@@ -43,7 +45,8 @@ int main(int argc, char** argv) {
   for (auto add : {cli::add_model_command, cli::add_init_command, cli::add_train_command,
                    cli::add_bench_command, cli::add_layout_command, cli::add_schedule_command,
                    cli::add_compare_command, cli::add_closed_form_command,
-                   cli::add_localise_command}) {
+                   cli::add_localise_command, cli::add_matrix_command, cli::add_report_command,
+                   cli::add_gate_command}) {
     auto cmd = add(app);
     actions[cmd.app] = cmd.run;
   }

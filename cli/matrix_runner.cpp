@@ -1,0 +1,487 @@
+#include "cli/matrix_runner.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/layout_json.h"
+#include "cli/version.h"
+#include "compare/dump.h"
+#include "compare/dump_compare.h"
+#include "compare/localise.h"
+#include "kernels/config.h"
+
+namespace parity::cli {
+
+namespace fs = std::filesystem;
+using reports::Cell;
+using reports::CellResult;
+using reports::Gate;
+using reports::MatrixResult;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+volatile std::sig_atomic_t g_interrupted = 0;
+void on_interrupt(int) { g_interrupted = 1; }
+
+std::string self_binary() {
+  std::error_code ec;
+  auto p = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) throw std::runtime_error("cannot find the parity binary (/proc/self/exe)");
+  return p.string();
+}
+
+std::string now_iso() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Starts `args` with stdout and stderr into `log`, in its own process group (so that the
+// cell and any workers it forks can be stopped together).
+pid_t spawn(const std::vector<std::string>& args, const fs::path& log) {
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("cannot fork a cell process");
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      ::close(fd);
+    }
+    ::execv(argv[0], argv.data());
+    std::fprintf(stderr, "parity: cannot run %s\n", argv[0]);
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);
+  return pid;
+}
+
+// Runs a short helper command to completion (the seed checkpoints).
+int run_to_end(const std::vector<std::string>& args, const fs::path& log) {
+  const pid_t pid = spawn(args, log);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// The line that says why a cell failed: its last "parity:" line, else its last line.
+std::string last_error(const fs::path& log) {
+  std::istringstream in(slurp(log));
+  std::string line, last, last_parity;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    last = line;
+    if (line.rfind("parity:", 0) == 0) last_parity = line;
+  }
+  std::string s = last_parity.empty() ? last : last_parity;
+  if (s.size() > 300) s = s.substr(0, 297) + "...";
+  return s;
+}
+
+int64_t count_lines(const fs::path& p) {
+  std::ifstream in(p);
+  return std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n');
+}
+
+// The cell's logged steps and run figures, whatever state it ended in.
+void collect(CellResult& c, const fs::path& dir) {
+  std::ifstream in(dir / "metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    try {
+      auto j = nlohmann::json::parse(line);
+      reports::StepPoint s;
+      s.step = j.at("step");
+      s.loss = j.at("loss");
+      s.grad_norm = j.at("grad_norm");
+      s.loss_hex = j.at("loss_hex");
+      s.grad_norm_hex = j.at("grad_norm_hex");
+      c.steps.push_back(s);
+    } catch (const nlohmann::json::exception&) {
+      break;  // a line cut short by a crash: keep the steps before it
+    }
+  }
+  std::ifstream sin(dir / "summary.json");
+  if (!sin) return;
+  try {
+    auto j = nlohmann::json::parse(sin);
+    const auto seconds = j.at("seconds").get<std::vector<double>>();
+    for (size_t i = 0; i < c.steps.size() && i < seconds.size(); ++i) c.steps[i].seconds = seconds[i];
+    c.seconds_per_step = j.at("seconds_per_step");
+    c.tokens_per_step = j.at("tokens_per_step");
+    c.bytes_forward_per_mb = j.at("bytes_forward_per_mb");
+    c.bytes_backward_per_mb = j.at("bytes_backward_per_mb");
+  } catch (const nlohmann::json::exception&) {
+  }
+}
+
+// Step 1 of `cell` against `ref`: every scalar and tensor, and the ledger verdicts.
+void compare_step1(CellResult& cell, const CellResult& ref, const fs::path& cell_dump,
+                   const fs::path& ref_dump) {
+  try {
+    const auto a = compare::read_dump(cell_dump.string());
+    const auto b = compare::read_dump(ref_dump.string());
+    if (!a.steps.count(1) || !b.steps.count(1))
+      throw compare::DumpError("step 1 is not in both dumps");
+    compare::Dump a1 = a, b1 = b;
+    a1.steps = {{1, a.steps.at(1)}};
+    b1.steps = {{1, b.steps.at(1)}};
+    auto& d = cell.step1;
+    for (const auto& row : compare::compare_dumps(a1, b1, 1)) {
+      const auto& t = row.diff;
+      const bool tensor = t.name.rfind("grads/", 0) == 0 || t.name.rfind("params/", 0) == 0;
+      const uint64_t ulp = !t.problem.empty() || t.nan_mismatch ? reports::kUlpInfinite : t.max_ulp;
+      if (!tensor) {
+        if (!t.bitwise) d.scalars_equal = false;
+        continue;
+      }
+      ++d.tensors;
+      if (!t.bitwise) ++d.wrong_tensors;
+      d.max_ulp = std::max(d.max_ulp, ulp);
+      if (t.name.rfind("grads/", 0) == 0) d.grad_ulps.push_back(t.bitwise ? 0 : std::max<uint64_t>(ulp, 1));
+    }
+    d.have = true;
+  } catch (const std::exception& e) {
+    cell.step1.why_not = e.what();
+  }
+  if (cell.cell.multi_process() || ref.cell.multi_process()) {
+    cell.verdicts.why_not = "multi-process runs record no ledger";
+    return;
+  }
+  try {
+    const auto r = compare::localise(cell_dump.string(), ref_dump.string(), 1);
+    auto& v = cell.verdicts;
+    v.have = true;
+    v.exact = r.count(compare::Verdict::Exact);
+    v.order_only = r.count(compare::Verdict::OrderOnly);
+    v.wrong = r.count(compare::Verdict::Wrong);
+    for (const auto& t : r.tensors)
+      if (t.verdict == compare::Verdict::Wrong) {
+        v.first_wrong = t.name + ": " + t.why;
+        break;
+      }
+    if (v.first_wrong.empty())
+      for (const auto& f : r.findings) {
+        ++v.wrong;
+        v.first_wrong = "run " + f.run + ", block " + std::to_string(f.block) + ", stage " +
+                        std::to_string(f.stage) + ": " + f.what;
+        break;
+      }
+    if (r.first.found)
+      v.divergence = "step " + std::to_string(r.first.step) + ", micro-batch " +
+                     std::to_string(r.first.mb) + ", stage " + std::to_string(r.first.stage) +
+                     ", " + r.first.hop + ": " + r.first.tensor;
+  } catch (const std::exception& e) {
+    cell.verdicts.why_not = e.what();
+  }
+}
+
+// Whether every step both logged has equal loss and grad-norm bits, and both logged the same
+// steps. `why` says where not.
+bool every_step_bitwise(const CellResult& c, const CellResult& ref, std::string& why) {
+  if (c.steps.size() != ref.steps.size()) {
+    why = "logged " + std::to_string(c.steps.size()) + " steps, the reference " +
+          std::to_string(ref.steps.size());
+    return false;
+  }
+  for (size_t i = 0; i < c.steps.size(); ++i) {
+    const auto &a = c.steps[i], &b = ref.steps[i];
+    if (a.loss_hex != b.loss_hex || a.grad_norm_hex != b.grad_norm_hex) {
+      why = "step " + std::to_string(a.step) + " differs: loss " + a.loss_hex + " vs " +
+            b.loss_hex + ", grad norm " + a.grad_norm_hex + " vs " + b.grad_norm_hex;
+      return false;
+    }
+  }
+  return true;
+}
+
+void judge_gate(CellResult& c, const CellResult* ref) {
+  auto& g = c.gate;
+  g.gate = c.cell.gate;
+  if (g.gate == Gate::None) return;
+  g.passed = false;
+  if (!c.ok()) {
+    g.why = "the cell did not run to the end";
+    return;
+  }
+  if (!ref || !ref->ok()) {
+    g.why = "its reference '" + c.cell.reference + "' did not run to the end";
+    return;
+  }
+  if (g.gate == Gate::Bitwise) {
+    if (!every_step_bitwise(c, *ref, g.why)) return;
+    if (!c.step1.have) {
+      g.why = "step 1 could not be compared: " + c.step1.why_not;
+      return;
+    }
+    if (c.step1.wrong_tensors > 0 || !c.step1.scalars_equal) {
+      g.why = std::to_string(c.step1.wrong_tensors) + " of " + std::to_string(c.step1.tensors) +
+              " tensors differ at step 1 (max " +
+              (c.step1.max_ulp == reports::kUlpInfinite ? std::string("inf")
+                                                        : std::to_string(c.step1.max_ulp)) +
+              " ulp)";
+      return;
+    }
+  } else {
+    if (!c.verdicts.have) {
+      g.why = "no verdicts: " + c.verdicts.why_not;
+      return;
+    }
+    if (c.verdicts.wrong > 0) {
+      g.why = std::to_string(c.verdicts.wrong) + " WRONG at step 1; first: " + c.verdicts.first_wrong;
+      return;
+    }
+  }
+  g.passed = true;
+}
+
+struct Running {
+  size_t index;
+  pid_t pid;
+  Clock::time_point started;
+};
+
+std::string progress_line(const std::vector<Running>& running, const MatrixResult& r,
+                          const fs::path& cells_dir, size_t done, size_t total) {
+  std::string s = "[" + std::to_string(done) + "/" + std::to_string(total) + " done]";
+  for (const auto& run : running) {
+    const auto& c = r.cells[run.index].cell;
+    s += "  " + c.name + " " + std::to_string(count_lines(cells_dir / c.name / "metrics.jsonl")) +
+         "/" + std::to_string(c.steps);
+  }
+  return s;
+}
+
+}  // namespace
+
+MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
+  const auto t0 = Clock::now();
+  const fs::path out(o.out_dir);
+  if (o.out_dir.empty()) throw UsageError("matrix run needs --out DIR");
+  if (fs::exists(out) && !fs::is_directory(out))
+    throw UsageError("--out '" + o.out_dir + "' is a file; give a directory");
+  if (fs::exists(out) && !fs::is_empty(out) && !fs::exists(out / "results.json"))
+    throw UsageError("--out '" + o.out_dir + "' is not empty and holds no earlier matrix run; "
+                     "give a new or empty directory");
+  std::error_code ec;
+  fs::create_directories(out / "cells", ec);
+  fs::create_directories(out / "seeds", ec);
+  if (ec) throw UsageError("cannot create '" + o.out_dir + "': " + ec.message());
+
+  // The cells to run: all, or --only and their references.
+  std::set<std::string> wanted(o.only.begin(), o.only.end());
+  for (const auto& n : o.only) {
+    const Cell* c = m.find(n);
+    if (!c) throw UsageError("--only: no cell named '" + n + "' in " + m.source);
+    if (!c->reference.empty()) wanted.insert(c->reference);
+  }
+  for (const auto& [name, spec] : o.inject) {
+    const Cell* c = m.find(name);
+    if (!c) throw UsageError("--inject: no cell named '" + name + "' in " + m.source);
+    if (!c->pipelined()) throw UsageError("--inject: cell '" + name + "' is not pipelined");
+  }
+
+  MatrixResult r;
+  r.matrix = m.name;
+  r.source = m.source;
+  r.git_sha = git_sha();
+  r.started = now_iso();
+  r.report_steps = m.report_steps;
+  for (const auto& c : m.cells) {
+    if (!wanted.empty() && !wanted.count(c.name)) continue;
+    CellResult cr;
+    cr.cell = c;
+    if (o.steps > 0) cr.cell.steps = o.steps;
+    for (const auto& [name, spec] : o.inject)
+      if (name == c.name) cr.cell.inject.push_back(spec);
+    if (cr.cell.pipelined()) {
+      const auto mc = kernels::flavor(c.flavor);
+      cr.layout = layout_json(mc.n_layers, mc.layers_per_block, c.pp, c.vp, c.split);
+    }
+    cr.log = "cells/" + c.name + "/log.txt";
+    r.cells.push_back(std::move(cr));
+  }
+  if (o.steps > 0)
+    r.report_steps.erase(std::remove_if(r.report_steps.begin(), r.report_steps.end(),
+                                        [&](int64_t s) { return s > o.steps; }),
+                         r.report_steps.end());
+  if (r.report_steps.empty()) r.report_steps = {1};
+  reports::write_results(o.out_dir, r);
+
+  const std::string self = self_binary();
+  auto say = [&](const std::string& line) {
+    if (!o.quiet) std::cerr << line << "\n" << std::flush;
+  };
+
+  // One seed checkpoint per batch shape.
+  std::map<std::string, std::string> seeds;  // batch shape -> file, or "" when it failed
+  for (const auto& c : r.cells) {
+    const std::string shape = c.cell.batch_shape();
+    if (seeds.count(shape)) continue;
+    const fs::path file = out / "seeds" / (shape + ".h5");
+    const int code = run_to_end({self, "init", "--flavor", c.cell.flavor, "--seed",
+                                 std::to_string(c.cell.seed), "--out", file.string()},
+                                out / "seeds" / (shape + ".log"));
+    seeds[shape] = code == 0 ? file.string() : "";
+    say("matrix " + m.name + ": seed checkpoint " + shape + (code == 0 ? "" : " FAILED (see " +
+        (out / "seeds" / (shape + ".log")).string() + ")"));
+  }
+
+  // Cells in file order, as many at once as the cores allow.
+  auto* old_int = std::signal(SIGINT, on_interrupt);
+  auto* old_term = std::signal(SIGTERM, on_interrupt);
+  const bool tty = ::isatty(2) && !o.quiet;
+  std::vector<Running> running;
+  size_t next = 0, done = 0;
+  int busy = 0;
+  auto last_note = Clock::now();
+  while ((next < r.cells.size() || !running.empty())) {
+    if (g_interrupted) {
+      for (const auto& run : running) ::kill(-run.pid, SIGKILL);
+    }
+    // Start what fits.
+    while (!g_interrupted && next < r.cells.size()) {
+      auto& cr = r.cells[next];
+      const int need = std::min(cr.cell.cores(), std::max(1, o.jobs));
+      if (!running.empty() && busy + need > o.jobs) break;
+      const fs::path dir = out / "cells" / cr.cell.name;
+      fs::remove_all(dir, ec);
+      fs::create_directories(dir, ec);
+      const std::string seed = seeds[cr.cell.batch_shape()];
+      if (seed.empty()) {
+        cr.status = "failed";
+        cr.error = "its seed checkpoint could not be made";
+        ++next;
+        ++done;
+        continue;
+      }
+      std::vector<std::string> args = {self, "train"};
+      for (auto& a : cr.cell.train_args()) args.push_back(a);
+      for (const std::string& a :
+           {std::string("--init"), seed, std::string("--metrics"), (dir / "metrics.jsonl").string(),
+            std::string("--summary"), (dir / "summary.json").string(), std::string("--dump"),
+            (dir / "dump").string(), std::string("--dump-steps"), std::string("1")})
+        args.push_back(a);
+      // The ledger costs only the dumped step; multi-process runs cannot record one yet.
+      if (!cr.cell.multi_process()) args.push_back("--ledger");
+      running.push_back({next, spawn(args, dir / "log.txt"), Clock::now()});
+      busy += need;
+      if (!tty) say("[start " + std::to_string(next + 1) + "/" + std::to_string(r.cells.size()) +
+                    "] " + cr.cell.name);
+      ++next;
+    }
+    // Reap what ended.
+    bool reaped = false;
+    for (size_t i = 0; i < running.size();) {
+      int status = 0;
+      const pid_t p = ::waitpid(running[i].pid, &status, WNOHANG);
+      const double secs = std::chrono::duration<double>(Clock::now() - running[i].started).count();
+      const bool timed_out = o.cell_timeout_s > 0 && secs > o.cell_timeout_s;
+      if (p == 0 && !timed_out) {
+        ++i;
+        continue;
+      }
+      if (p == 0) {  // over its time: stop the cell and its workers
+        ::kill(-running[i].pid, SIGKILL);
+        ::waitpid(running[i].pid, &status, 0);
+      }
+      auto& cr = r.cells[running[i].index];
+      const fs::path dir = out / "cells" / cr.cell.name;
+      cr.wall_seconds = secs;
+      collect(cr, dir);
+      const bool ok = !timed_out && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      cr.status = ok ? "ok" : "failed";
+      if (timed_out)
+        cr.error = "stopped after " + std::to_string(int(secs)) + " s (--cell-timeout-s)";
+      else if (g_interrupted && !ok)
+        cr.error = "interrupted";
+      else if (!ok)
+        cr.error = (WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
+                                        : "exit " + std::to_string(WEXITSTATUS(status))) +
+                   (last_error(dir / "log.txt").empty() ? "" : ": " + last_error(dir / "log.txt"));
+      busy -= std::min(cr.cell.cores(), std::max(1, o.jobs));
+      ++done;
+      char line[160];
+      std::snprintf(line, sizeof line, "%s, %zu steps, %.3f s/step, %.1f s", ok ? "ok" : "FAILED",
+                    cr.steps.size(), cr.seconds_per_step, secs);
+      if (tty) std::cerr << "\r\033[K";
+      say("[done " + std::to_string(done) + "/" + std::to_string(r.cells.size()) + "] " +
+          cr.cell.name + ": " + line + (ok ? "" : " -- " + cr.error));
+      running.erase(running.begin() + static_cast<long>(i));
+      reaped = true;
+      reports::write_results(o.out_dir, r);
+    }
+    if (tty && !running.empty())
+      std::cerr << "\r\033[K" << progress_line(running, r, out / "cells", done, r.cells.size())
+                << std::flush;
+    if (!tty && !o.quiet && !running.empty() && Clock::now() - last_note > std::chrono::seconds(60)) {
+      say(progress_line(running, r, out / "cells", done, r.cells.size()));
+      last_note = Clock::now();
+    }
+    if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  if (tty) std::cerr << "\r\033[K" << std::flush;
+  std::signal(SIGINT, old_int);
+  std::signal(SIGTERM, old_term);
+  for (auto& cr : r.cells)
+    if (cr.status == "not run" && g_interrupted) cr.error = "interrupted before it started";
+
+  // Each cell against its reference at step 1, then the gates.
+  for (auto& cr : r.cells) {
+    if (cr.cell.reference.empty()) continue;
+    const CellResult* ref = r.find(cr.cell.reference);
+    if (!cr.ok()) {
+      cr.step1.why_not = cr.verdicts.why_not = "the cell did not run to the end";
+    } else if (!ref || !ref->ok()) {
+      cr.step1.why_not = cr.verdicts.why_not = "its reference did not run to the end";
+    } else {
+      compare_step1(cr, *ref, out / "cells" / cr.cell.name / "dump",
+                    out / "cells" / ref->cell.name / "dump");
+    }
+    judge_gate(cr, ref);
+  }
+  r.wall_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  reports::write_results(o.out_dir, r);
+  if (g_interrupted) {
+    g_interrupted = 0;
+    throw std::runtime_error("interrupted; the cells that finished are in " + o.out_dir +
+                             "/results.json");
+  }
+  return r;
+}
+
+}  // namespace parity::cli

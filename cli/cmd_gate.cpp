@@ -93,27 +93,30 @@ int run_gate(GateOptions& o) {
   const bool temp = o.out.empty();
   o.run.out_dir = temp ? (fs::temp_directory_path() / ("parity-gate-" + std::to_string(::getpid()))).string()
                        : o.out;
+  // A gate that cannot run leaves nothing behind in a temporary directory (git bisect run
+  // would collect one per skipped commit).
+  auto cannot_run = [&](const std::string& why) {
+    if (temp && !o.keep) fs::remove_all(o.run.out_dir);
+    std::cerr << "parity gate: cannot run: " << why << "\n";
+    return kCannotRun;
+  };
   reports::MatrixResult r;
   try {
     r = run_matrix(m, o.run);
   } catch (const std::exception& e) {
-    std::cerr << "parity gate: cannot run: " << e.what() << "\n";
-    return kCannotRun;
+    return cannot_run(e.what());
   }
   // A cell that refused its configuration (exit 2) is a broken gate, not a failed check.
   for (const auto& c : r.cells)
-    if (!c.ok() && c.error.rfind("exit 2", 0) == 0) {
-      std::cerr << "parity gate: cannot run: cell " << c.cell.name << ": " << c.error << "\n";
-      return kCannotRun;
-    }
+    if (!c.ok() && c.error.rfind("exit 2", 0) == 0)
+      return cannot_run("cell " + c.cell.name + ": " + c.error);
   std::cout << reports::render_text(r);
   int failed = r.complete() && r.gates_ok() ? 0 : 1;
   if (o.closed_forms) {
     try {
       failed += closed_forms(m, o.run.quiet);
     } catch (const std::exception& e) {
-      std::cerr << "parity gate: cannot run the closed forms: " << e.what() << "\n";
-      return kCannotRun;
+      return cannot_run(std::string("the closed forms: ") + e.what());
     }
   }
   if (temp && !o.keep && failed == 0) fs::remove_all(o.run.out_dir);

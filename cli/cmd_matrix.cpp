@@ -55,9 +55,11 @@ int run_matrix_command(MatrixOptions& o) {
     o.run.inject.push_back({spec.substr(0, eq), spec.substr(eq + 1)});
   }
   if (o.run.jobs <= 0) o.run.jobs = static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
-  if (!o.run.quiet)
-    std::cerr << "matrix " << m.name << " (" << m.source << "): " << m.cells.size()
-              << " cells, " << o.run.jobs << " at a time, into " << o.run.out_dir << "\n";
+  o.run.on_start = [&](const reports::MatrixResult& r) {
+    if (!o.run.quiet)
+      std::cerr << "matrix " << m.name << " (" << m.source << "): " << r.cells.size()
+                << " cells, " << o.run.jobs << " cores, into " << o.run.out_dir << "\n";
+  };
   const auto r = run_matrix(m, o.run);
   std::unique_ptr<reports::Trend> trend;
   if (!o.history.empty()) {

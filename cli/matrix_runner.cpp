@@ -112,6 +112,16 @@ std::string last_error(const fs::path& log) {
   return s;
 }
 
+// The cell's "parity: warning:" lines (an injected fault that never fired, and the like).
+std::vector<std::string> warnings(const fs::path& log) {
+  std::istringstream in(slurp(log));
+  std::vector<std::string> out;
+  const std::string mark = "parity: warning: ";
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(mark, 0) == 0) out.push_back(line.substr(mark.size()));
+  return out;
+}
+
 int64_t count_lines(const fs::path& p) {
   std::ifstream in(p);
   return std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n');
@@ -297,11 +307,6 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
   if (fs::exists(out) && !fs::is_empty(out) && !fs::exists(out / "results.json"))
     throw UsageError("--out '" + o.out_dir + "' is not empty and holds no earlier matrix run; "
                      "give a new or empty directory");
-  std::error_code ec;
-  fs::create_directories(out / "cells", ec);
-  fs::create_directories(out / "seeds", ec);
-  if (ec) throw UsageError("cannot create '" + o.out_dir + "': " + ec.message());
-
   // The cells to run: all, or --only and their references.
   std::set<std::string> wanted(o.only.begin(), o.only.end());
   for (const auto& n : o.only) {
@@ -329,8 +334,12 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
     for (const auto& [name, spec] : o.inject)
       if (name == c.name) cr.cell.inject.push_back(spec);
     if (cr.cell.pipelined()) {
-      const auto mc = kernels::flavor(c.flavor);
-      cr.layout = layout_json(mc.n_layers, mc.layers_per_block, c.pp, c.vp, c.split);
+      try {
+        const auto mc = kernels::flavor(c.flavor);
+        cr.layout = layout_json(mc.n_layers, mc.layers_per_block, c.pp, c.vp, c.split);
+      } catch (const std::exception& e) {
+        throw UsageError(m.source + " (cell '" + c.name + "'): " + e.what());
+      }
     }
     cr.log = "cells/" + c.name + "/log.txt";
     r.cells.push_back(std::move(cr));
@@ -340,6 +349,12 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
                                         [&](int64_t s) { return s > o.steps; }),
                          r.report_steps.end());
   if (r.report_steps.empty()) r.report_steps = {1};
+  if (o.on_start) o.on_start(r);
+  // Everything checked: only now is anything written.
+  std::error_code ec;
+  fs::create_directories(out / "cells", ec);
+  fs::create_directories(out / "seeds", ec);
+  if (ec) throw UsageError("cannot create '" + o.out_dir + "': " + ec.message());
   reports::write_results(o.out_dir, r);
 
   const std::string self = self_binary();
@@ -423,6 +438,7 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
       const fs::path dir = out / "cells" / cr.cell.name;
       cr.wall_seconds = secs;
       collect(cr, dir);
+      cr.warnings = warnings(dir / "log.txt");
       const bool ok = !timed_out && WIFEXITED(status) && WEXITSTATUS(status) == 0;
       cr.status = ok ? "ok" : "failed";
       if (timed_out)
@@ -441,6 +457,7 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
       if (tty) std::cerr << "\r\033[K";
       say("[done " + std::to_string(done) + "/" + std::to_string(r.cells.size()) + "] " +
           cr.cell.name + ": " + line + (ok ? "" : " -- " + cr.error));
+      for (const auto& w : cr.warnings) say("  warning: " + w);
       running.erase(running.begin() + static_cast<long>(i));
       reaped = true;
       reports::write_results(o.out_dir, r);

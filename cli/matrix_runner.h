@@ -14,6 +14,7 @@
 // the matrix down, and each cell's numbers are those `parity train` gives on its own.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,6 +32,8 @@ struct MatrixRunOptions {
   std::vector<std::pair<std::string, std::string>> inject;  // (cell, fault spec) added
   double cell_timeout_s = 0;  // > 0: a cell running longer is killed and marked failed
   bool quiet = false;         // no progress lines
+  // Called once the matrix is checked, before the first cell starts (the cells to run).
+  std::function<void(const reports::MatrixResult&)> on_start;
 };
 
 // Runs the cells and the step-1 comparisons, writes DIR/results.json. Throws UsageError for a

@@ -176,7 +176,8 @@ std::vector<DriftTable> drift_tables(const MatrixResult& r) {
     t.reference = ref.cell.name;
     t.steps = r.report_steps;
     t.title = ref.cell.flavor + ", " + ref.cell.dtype + ", " + tokens_text(ref.cell) + ", " +
-              std::to_string(ref.cell.steps) + " steps; reference: " + ref.cell.label;
+              std::to_string(ref.cell.steps) + (ref.cell.steps == 1 ? " step" : " steps") +
+              "; reference: " + ref.cell.label;
     std::set<int> marks;
     for (const auto& c : r.cells) {
       const bool is_ref = &c == &ref;
@@ -213,6 +214,7 @@ std::vector<DriftTable> drift_tables(const MatrixResult& r) {
 }
 
 std::string step1_verdict(const CellResult& c) {
+  if (c.status == "not run") return "NOT RUN";
   if (!c.ok()) return "FAILED";
   if (c.cell.reference.empty()) return "REFERENCE";
   if (c.verdicts.have)
@@ -248,6 +250,8 @@ std::vector<SummaryRow> summary_rows(const MatrixResult& r) {
       s.note = c.gate.why;
     else if (c.verdicts.have && c.verdicts.wrong > 0)
       s.note = c.verdicts.first_wrong;
+    else if (!c.warnings.empty())
+      s.note = c.warnings.front();
     out.push_back(std::move(s));
   }
   return out;

@@ -63,7 +63,7 @@ std::vector<std::string> row_kinds(const Cell& cell, const Cell* reference);
 std::string footnote_text(const std::string& kind);
 
 // One word for a cell at step 1: REFERENCE, EXACT, ORDER-ONLY, WRONG (the ledger's verdicts),
-// BITWISE or DIFFERS (no ledger: the comparison only), FAILED, or n/a.
+// BITWISE or DIFFERS (no ledger: the comparison only), FAILED, NOT RUN, or n/a.
 std::string step1_verdict(const CellResult& c);
 
 // The nccl-tests style summary, one row per cell.

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -98,7 +99,7 @@ struct Place {
   std::string text() const {
     std::string s = source;
     if (line > 0) s += ":" + std::to_string(line);
-    s += cell.empty() ? " ([defaults])" : " (cell '" + cell + "')";
+    s += cell.empty() ? " ([defaults])" : cell == "top level" ? " (top level)" : " (cell '" + cell + "')";
     if (!key.empty()) s += ", key '" + key + "'";
     return s;
   }
@@ -113,11 +114,18 @@ std::string get_string(const toml::node& n, const Place& p) {
   fail(p, "expected a string");
 }
 
-int64_t get_int(const toml::node& n, const Place& p, int64_t min) {
+int64_t get_int(const toml::node& n, const Place& p, int64_t min,
+                int64_t max = std::numeric_limits<int64_t>::max()) {
   auto v = n.value<int64_t>();
   if (!v || !n.is_integer()) fail(p, "expected an integer");
   if (*v < min) fail(p, "must be at least " + std::to_string(min) + ", got " + std::to_string(*v));
+  if (*v > max) fail(p, "must be at most " + std::to_string(max) + ", got " + std::to_string(*v));
   return *v;
+}
+
+// An int field: at least `min`, at most what an int holds.
+int get_small(const toml::node& n, const Place& p, int min) {
+  return static_cast<int>(get_int(n, p, min, std::numeric_limits<int>::max()));
 }
 
 double get_positive(const toml::node& n, const Place& p) {
@@ -152,15 +160,15 @@ const std::map<std::string, Setter>& setters() {
       {"flavor", [](Cell& c, auto& n, auto& p) { c.flavor = get_string(n, p); }},
       {"dtype", [](Cell& c, auto& n, auto& p) { c.dtype = one_of(n, p, {"fp32", "bf16", "fp64"}); }},
       {"steps", [](Cell& c, auto& n, auto& p) { c.steps = get_int(n, p, 1); }},
-      {"microbatches", [](Cell& c, auto& n, auto& p) { c.microbatches = int(get_int(n, p, 1)); }},
-      {"rows", [](Cell& c, auto& n, auto& p) { c.rows = int(get_int(n, p, 1)); }},
+      {"microbatches", [](Cell& c, auto& n, auto& p) { c.microbatches = get_small(n, p, 1); }},
+      {"rows", [](Cell& c, auto& n, auto& p) { c.rows = get_small(n, p, 1); }},
       {"seq_len", [](Cell& c, auto& n, auto& p) { c.seq_len = get_int(n, p, 1); }},
       {"seed", [](Cell& c, auto& n, auto& p) { c.seed = uint64_t(get_int(n, p, 0)); }},
       {"lr", [](Cell& c, auto& n, auto& p) { c.lr = get_positive(n, p); }},
-      {"threads", [](Cell& c, auto& n, auto& p) { c.threads = int(get_int(n, p, 1)); }},
-      {"dp", [](Cell& c, auto& n, auto& p) { c.dp = int(get_int(n, p, 1)); }},
-      {"pp", [](Cell& c, auto& n, auto& p) { c.pp = int(get_int(n, p, 1)); }},
-      {"vp", [](Cell& c, auto& n, auto& p) { c.vp = int(get_int(n, p, 1)); }},
+      {"threads", [](Cell& c, auto& n, auto& p) { c.threads = get_small(n, p, 1); }},
+      {"dp", [](Cell& c, auto& n, auto& p) { c.dp = get_small(n, p, 1); }},
+      {"pp", [](Cell& c, auto& n, auto& p) { c.pp = get_small(n, p, 1); }},
+      {"vp", [](Cell& c, auto& n, auto& p) { c.vp = get_small(n, p, 1); }},
       {"schedule", [](Cell& c, auto& n, auto& p) { c.schedule = one_of(n, p, {"1f1b", "interleaved1f1b"}); }},
       {"cache", [](Cell& c, auto& n, auto& p) { c.cache = one_of(n, p, {"on", "off"}); }},
       {"split", [](Cell& c, auto& n, auto& p) { c.split = get_string(n, p); }},
@@ -172,7 +180,7 @@ const std::map<std::string, Setter>& setters() {
          const auto g = one_of(n, p, {"none", "bitwise", "order-only"});
          c.gate = g == "bitwise" ? Gate::Bitwise : g == "order-only" ? Gate::OrderOnly : Gate::None;
        }},
-      {"nproc", [](Cell& c, auto& n, auto& p) { c.nproc = int(get_int(n, p, 0)); }},
+      {"nproc", [](Cell& c, auto& n, auto& p) { c.nproc = get_small(n, p, 0); }},
       {"backend", [](Cell& c, auto& n, auto& p) { c.backend = one_of(n, p, {"gloo", "nccl"}); }},
       {"inject", [](Cell& c, auto& n, auto& p) {
          const auto* arr = n.as_array();
@@ -272,6 +280,7 @@ Matrix parse_matrix(const std::string& text, const std::string& source) {
   if (!cells || cells->empty())
     throw MatrixError(source + ": no cells; add at least one [[cell]] table with a name");
   std::set<std::string> names;
+  std::map<std::string, int64_t> line_of;  // each cell's [[cell]] line, for later errors
   for (size_t i = 0; i < cells->size(); ++i) {
     const auto* t = (*cells)[i].as_table();
     Place p{source, "#" + std::to_string(i + 1), "", (*cells)[i].source().begin.line};
@@ -292,11 +301,12 @@ Matrix parse_matrix(const std::string& text, const std::string& source) {
       fail(p, "inject needs trainer = \"pipelined\" (faults break the pipeline's routing)");
     if (!c.pipelined() && c.vp > 1 && c.clip_order != "per-rank")
       fail(p, "vp belongs to trainer = \"pipelined\" (or the reference's per-rank clip order)");
+    line_of[c.name] = p.line;
     m.cells.push_back(std::move(c));
   }
   for (auto& c : m.cells) {
     if (c.reference.empty()) continue;
-    const Place p{source, c.name, "reference", 0};
+    const Place p{source, c.name, "reference", line_of[c.name]};
     const Cell* ref = m.find(c.reference);
     if (!ref) fail(p, "no cell named '" + c.reference + "'; name one of this file's cells");
     if (ref == &c) fail(p, "a cell cannot be its own reference; drop the key to make it one");
@@ -313,7 +323,7 @@ Matrix parse_matrix(const std::string& text, const std::string& source) {
   }
   for (auto& c : m.cells)
     if (c.reference.empty() && c.gate != Gate::None)
-      fail({source, c.name, "gate", 0}, "a reference has nothing to be gated against; give the "
+      fail({source, c.name, "gate", line_of[c.name]}, "a reference has nothing to be gated against; give the "
                                         "gate to the cells that name it");
   return m;
 }

@@ -125,7 +125,8 @@ std::string footer(const MatrixResult& r) {
   };
   const std::string n = std::to_string(r.cells.size());
   if (failed.empty() && gates.empty())
-    return "OK: " + n + " cells run, " + std::to_string(gated) + " gates passed";
+    return "OK: " + n + (r.cells.size() == 1 ? " cell" : " cells") + " run, " +
+           std::to_string(gated) + (gated == 1 ? " gate" : " gates") + " passed";
   std::string s = "FAILED:";
   if (!failed.empty())
     s += " " + std::to_string(failed.size()) + " of " + n + " cells failed to run (" +
@@ -163,6 +164,8 @@ std::string render_text(const MatrixResult& r, const Trend* trend) {
     for (const auto& f : t.footnotes) out << "[" << f.number << "] " << f.text << "\n";
   }
   out << "\n## step 1 against the reference, and the run\n\n" << columns(summary_table(r));
+  for (const auto& c : r.cells)
+    for (const auto& w : c.warnings) out << "warning: cell " << c.cell.name << ": " << w << "\n";
   if (trend && !trend->runs.empty()) {
     out << "\n## history, last " << trend->runs.size() << " runs: step-1 verdict (final-loss drift)\n\n"
         << columns(trend_table(*trend));

@@ -19,7 +19,7 @@ std::string render_csv(const MatrixResult& r);
 nlohmann::json render_json(const MatrixResult& r, const Trend* trend = nullptr);
 std::string render_html(const MatrixResult& r, const Trend* trend = nullptr);
 
-// The footer line: "OK: 17 cells, 17 gates passed" or "FAILED: ..." naming what failed.
+// The footer line: "OK: 17 cells run, 14 gates passed" or "FAILED: ..." naming what failed.
 std::string footer(const MatrixResult& r);
 
 }  // namespace parity::reports

@@ -118,6 +118,7 @@ json cell_result_json(const CellResult& c) {
           {"status", c.status},
           {"error", c.error},
           {"log", c.log},
+          {"warnings", c.warnings},
           {"wall_seconds", c.wall_seconds},
           {"seconds_per_step", c.seconds_per_step},
           {"tokens_per_step", c.tokens_per_step},
@@ -150,6 +151,7 @@ CellResult cell_result_from(const json& j) {
   c.status = j.at("status");
   c.error = j.at("error");
   c.log = j.at("log");
+  c.warnings = j.value("warnings", std::vector<std::string>{});
   c.wall_seconds = j.at("wall_seconds");
   c.seconds_per_step = j.at("seconds_per_step");
   c.tokens_per_step = j.at("tokens_per_step");

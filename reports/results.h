@@ -57,6 +57,7 @@ struct CellResult {
   std::string status = "not run";  // "ok" | "failed" | "not run"
   std::string error;               // failed: the cell's last error line, or the exit status
   std::string log;                 // the cell's console log, relative to the run directory
+  std::vector<std::string> warnings;  // the cell's "parity: warning:" lines (a fault that never fired)
   double wall_seconds = 0;
   double seconds_per_step = 0;  // median over the logged steps
   int64_t tokens_per_step = 0;

@@ -199,18 +199,23 @@ void compare_step1(CellResult& cell, const CellResult& ref, const fs::path& cell
     v.exact = r.count(compare::Verdict::Exact);
     v.order_only = r.count(compare::Verdict::OrderOnly);
     v.wrong = r.count(compare::Verdict::Wrong);
-    for (const auto& t : r.tensors)
-      if (t.verdict == compare::Verdict::Wrong) {
-        v.first_wrong = t.name + ": " + t.why;
-        break;
-      }
-    if (v.first_wrong.empty())
-      for (const auto& f : r.findings) {
-        ++v.wrong;
-        v.first_wrong = "run " + f.run + ", block " + std::to_string(f.block) + ", stage " +
-                        std::to_string(f.stage) + ": " + f.what;
-        break;
-      }
+    // Why, most telling first: a run's routing self-check (it names the fault), a block
+    // gradient outside its bound, a gradient tensor, anything else.
+    for (const auto& f : r.findings) {
+      v.first_wrong = "run " + f.run + ", block " + std::to_string(f.block) + ", stage " +
+                      std::to_string(f.stage) + ": " + f.what;
+      break;
+    }
+    if (!r.findings.empty() && v.wrong == 0) v.wrong = 1;  // a finding is WRONG on its own
+    for (const auto& b : r.blocks)
+      if (v.first_wrong.empty() && b.verdict == compare::Verdict::Wrong)
+        v.first_wrong = "block " + std::to_string(b.block) + ", micro-batch " +
+                        std::to_string(b.mb) + ", stage " + std::to_string(b.stage) + ": " + b.why;
+    for (const bool grads_only : {true, false})
+      for (const auto& t : r.tensors)
+        if (v.first_wrong.empty() && t.verdict == compare::Verdict::Wrong &&
+            (!grads_only || t.name.rfind("grads/", 0) == 0))
+          v.first_wrong = t.name + ": " + t.why;
     if (r.first.found)
       v.divergence = "step " + std::to_string(r.first.step) + ", micro-batch " +
                      std::to_string(r.first.mb) + ", stage " + std::to_string(r.first.stage) +

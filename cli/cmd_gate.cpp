@@ -42,7 +42,7 @@ struct GateOptions {
 };
 
 // The closed-form cells: the reference and each (pp, vp) of the gated pipelined cells.
-int closed_forms(const reports::Matrix& m, bool quiet) {
+int closed_forms(const reports::Matrix& m, const std::string& device, bool quiet) {
   std::set<std::pair<int, int>> shapes;
   for (const auto& c : m.cells)
     if (c.gate != reports::Gate::None && c.pipelined()) shapes.insert({c.pp, c.vp});
@@ -61,6 +61,7 @@ int closed_forms(const reports::Matrix& m, bool quiet) {
   int failed = 0;
   for (auto& o : runs) {
     o.precision = kernels::Precision::BF16;
+    o.device = device;
     const auto r = compare::run_closed_form(o);
     if (!r.pass()) ++failed;
     if (!quiet || !r.pass())
@@ -114,7 +115,7 @@ int run_gate(GateOptions& o) {
   int failed = r.complete() && r.gates_ok() ? 0 : 1;
   if (o.closed_forms) {
     try {
-      failed += closed_forms(m, o.run.quiet);
+      failed += closed_forms(m, o.run.device.empty() ? "cpu" : o.run.device, o.run.quiet);
     } catch (const std::exception& e) {
       return cannot_run(std::string("the closed forms: ") + e.what());
     }
@@ -137,6 +138,10 @@ Command add_gate_command(CLI::App& app) {
   cmd->add_option("--out", o->out, "keep the runs in this directory (default: a temporary "
                                    "one, removed when the gate passes)");
   cmd->add_option("--jobs", o->run.jobs, "cores to keep busy (default: all)");
+  cmd->add_option("--device", o->run.device, "run the cells and the closed forms on this "
+                                            "device (cpu, cuda)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--tokens", o->run.tokens, "every cell reads this token file (train --tokens)");
   cmd->add_flag("--keep", o->keep, "keep the temporary directory even when the gate passes");
   cmd->add_flag("!--no-closed-forms", o->closed_forms, "skip the closed-form checks");
   cmd->add_flag("--quiet", o->run.quiet, "no progress lines");

@@ -124,6 +124,9 @@ Command add_matrix_command(CLI::App& app) {
   run->add_option("--only", o->run.only, "run only these cells (and their references)")
       ->delimiter(',');
   run->add_option("--steps", o->run.steps, "override every cell's step count");
+  run->add_option("--device", o->run.device, "run every cell on this device (cpu, cuda)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  run->add_option("--tokens", o->run.tokens, "every cell reads this token file (train --tokens)");
   run->add_option("--inject", o->inject, "CELL=KIND:block=B,stage=S: a routing fault in a cell");
   run->add_option("--history", o->history, "append the result to this JSONL history and show "
                                            "the trend");

@@ -336,6 +336,7 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
     CellResult cr;
     cr.cell = c;
     if (o.steps > 0) cr.cell.steps = o.steps;
+    if (!o.device.empty()) cr.cell.device = o.device;
     for (const auto& [name, spec] : o.inject)
       if (name == c.name) cr.cell.inject.push_back(spec);
     if (cr.cell.pipelined()) {
@@ -416,6 +417,7 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
             std::string("--summary"), (dir / "summary.json").string(), std::string("--dump"),
             (dir / "dump").string(), std::string("--dump-steps"), std::string("1")})
         args.push_back(a);
+      if (!o.tokens.empty()) args.insert(args.end(), {"--tokens", o.tokens});
       // The ledger costs only the dumped step; multi-process runs cannot record one yet.
       if (!cr.cell.multi_process()) args.push_back("--ledger");
       running.push_back({next, spawn(args, dir / "log.txt"), Clock::now()});

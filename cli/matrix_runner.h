@@ -28,6 +28,8 @@ struct MatrixRunOptions {
   std::string out_dir;
   int jobs = 1;               // cores to keep busy (a cell takes Cell::cores() of them)
   int64_t steps = 0;          // > 0: every cell runs this many steps (the gate: 1)
+  std::string device;         // non-empty: every cell runs on this device ("cpu", "cuda")
+  std::string tokens;         // non-empty: every cell reads this token file (train --tokens)
   std::vector<std::string> only;  // cell names to run (their references are added); empty: all
   std::vector<std::pair<std::string, std::string>> inject;  // (cell, fault spec) added
   double cell_timeout_s = 0;  // > 0: a cell running longer is killed and marked failed

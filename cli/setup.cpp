@@ -50,6 +50,9 @@ void add_run_options(CLI::App& cmd, RunOptions& o) {
   cmd.add_option("--init", o.init_path, "seed checkpoint written by `parity init`");
   cmd.add_option("--data", o.data_path, "JSONL corpus, one {\"text\": ...} per line "
                                         "(default: the Debian fortunes text)");
+  cmd.add_option("--tokens", o.tokens_path,
+                 "a token file written by parity-tokenize, read as it is (for a machine "
+                 "without SentencePiece; scripts/gpu-pack makes one)");
   cmd.add_option("--clip-order", o.clip_order, "total-norm order: single or per-rank")
       ->capture_default_str();
   cmd.add_option("--pp", o.pp, "pipeline ranks")->capture_default_str()
@@ -169,8 +172,14 @@ std::string tokenize(const std::string& data_path) {
 }  // namespace
 
 std::unique_ptr<datasets::TokenRows> load_rows(const RunOptions& o) {
+  if (!o.tokens_path.empty() && !o.data_path.empty())
+    throw UsageError("--tokens and --data both name the text; give one");
+  if (!o.tokens_path.empty() && !std::filesystem::is_regular_file(o.tokens_path))
+    throw UsageError("--tokens '" + o.tokens_path + "' is not a file; make one with "
+                     "parity-tokenize (it prints the path of the file it writes)");
   if (!o.data_path.empty()) datasets::load_jsonl(o.data_path);  // validate here, in one line
-  auto file = datasets::read_token_file(tokenize(o.data_path));
+  auto file = datasets::read_token_file(o.tokens_path.empty() ? tokenize(o.data_path)
+                                                               : o.tokens_path);
   const auto cfg = kernels::flavor(o.flavor);
   if (file.vocab_size > cfg.vocab)
     throw UsageError("the tokenizer has " + std::to_string(file.vocab_size) +

@@ -39,6 +39,7 @@ struct RunOptions {
   std::string device = "cpu";
   std::string init_path;
   std::string data_path;
+  std::string tokens_path;  // a token file parity-tokenize wrote: no tokenizing here
   std::string clip_order = "single";
   std::string grad_accum = "auto";
   std::string attn_res = "recompute";

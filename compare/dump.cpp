@@ -1,11 +1,13 @@
 #include "compare/dump.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
 #include <nlohmann/json.hpp>
 #include <torch/version.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -153,6 +155,12 @@ void DumpWriter::on_start(const kernels::RunInfo& info) {
   h5::set_attr(f, "/meta", "dtype", info.precision);
   h5::set_attr(f, "/meta", "device", info.device);
   h5::set_attr(f, "/meta", "torch_version", std::string(TORCH_VERSION));
+  // The determinism the run had (on CUDA: deterministic algorithms and the cuBLAS workspace
+  // that make a repeat bitwise; kernels/threads.h).
+  h5::set_attr(f, "/meta", "deterministic_algorithms",
+               static_cast<int64_t>(at::globalContext().deterministicAlgorithms() ? 1 : 0));
+  const char* cublas = std::getenv("CUBLAS_WORKSPACE_CONFIG");
+  h5::set_attr(f, "/meta", "cublas_workspace_config", std::string(cublas ? cublas : ""));
   h5::set_attr(f, "/meta", "threads", static_cast<int64_t>(info.threads));
   h5::set_attr(f, "/meta", "seed", static_cast<int64_t>(info.seed));
   h5::set_attr(f, "/meta", "split", split);

@@ -175,7 +175,9 @@ std::vector<DriftTable> drift_tables(const MatrixResult& r) {
     DriftTable t;
     t.reference = ref.cell.name;
     t.steps = r.report_steps;
-    t.title = ref.cell.flavor + ", " + ref.cell.dtype + ", " + tokens_text(ref.cell) + ", " +
+    t.title = ref.cell.flavor + ", " + ref.cell.dtype +
+              (ref.cell.device == "cpu" ? "" : " on " + ref.cell.device) + ", " +
+              tokens_text(ref.cell) + ", " +
               std::to_string(ref.cell.steps) + (ref.cell.steps == 1 ? " step" : " steps") +
               "; reference: " + ref.cell.label;
     std::set<int> marks;

@@ -53,7 +53,8 @@ std::vector<std::string> Cell::train_args() const {
                                 "--threads",      std::to_string(threads),
                                 "--dp",           std::to_string(dp),
                                 "--clip-order",   clip_order,
-                                "--grad-accum",   grad_accum};
+                                "--grad-accum",   grad_accum,
+                                "--device",       device};
   // The reference takes pp and vp too: its per-rank clip order reads the layout from them.
   if (pipelined() || clip_order == "per-rank")
     for (const std::string& s : {std::string("--pp"), std::to_string(pp), std::string("--vp"),
@@ -176,6 +177,7 @@ const std::map<std::string, Setter>& setters() {
       {"grad_accum", [](Cell& c, auto& n, auto& p) { c.grad_accum = one_of(n, p, {"auto", "bf16", "fp32"}); }},
       {"reverse_microbatches", [](Cell& c, auto& n, auto& p) { c.reverse_microbatches = get_bool(n, p); }},
       {"reference", [](Cell& c, auto& n, auto& p) { c.reference = get_string(n, p); }},
+      {"device", [](Cell& c, auto& n, auto& p) { c.device = one_of(n, p, {"cpu", "cuda"}); }},
       {"gate", [](Cell& c, auto& n, auto& p) {
          const auto g = one_of(n, p, {"none", "bitwise", "order-only"});
          c.gate = g == "bitwise" ? Gate::Bitwise : g == "order-only" ? Gate::OrderOnly : Gate::None;

@@ -22,7 +22,7 @@
 // [reference], flavor [tiny], dtype [bf16], steps [20], microbatches [4], rows [1], seq_len
 // [256], seed [42], lr [8e-4: AdamW after 2 warm-up steps], threads [1], dp [1], pp [1], vp [1], schedule [1f1b for vp 1, else
 // interleaved1f1b], cache [on], split [the even split], clip_order [single], grad_accum [auto],
-// reverse_microbatches [false], reference [none], gate [none | bitwise | order-only], nproc [0:
+// reverse_microbatches [false], device [cpu | cuda], reference [none], gate [none | bitwise | order-only], nproc [0:
 // in-process], backend [gloo when nproc > 0], inject [[]: fault specs, as train --inject].
 //
 // A cell's seed checkpoint is shared by every cell of its batch shape (flavor, seed, dp x
@@ -70,6 +70,7 @@ struct Cell {
   std::string clip_order = "single";
   std::string grad_accum = "auto";
   bool reverse_microbatches = false;
+  std::string device = "cpu";
   std::string reference;  // "" = a reference
   Gate gate = Gate::None;
   int nproc = 0;

@@ -58,6 +58,7 @@ json cell_json(const Cell& c) {
           {"grad_accum", c.grad_accum},
           {"reverse_microbatches", c.reverse_microbatches},
           {"reference", c.reference},
+          {"device", c.device},
           {"gate", to_string(c.gate)},
           {"nproc", c.nproc},
           {"backend", c.backend},
@@ -95,6 +96,7 @@ Cell cell_from(const json& j) {
   c.grad_accum = j.at("grad_accum");
   c.reverse_microbatches = j.at("reverse_microbatches");
   c.reference = j.at("reference");
+  c.device = j.value("device", c.device);
   c.gate = gate_from(j.at("gate"));
   c.nproc = j.at("nproc");
   c.backend = j.at("backend");

@@ -159,6 +159,24 @@ TEST_F(Cli, TrainingFromACheckpointEqualsTrainingFromItsSeed) {
   EXPECT_FALSE(slurp(a).empty());
 }
 
+// A token file made elsewhere (--tokens: a machine without SentencePiece) trains bit for bit
+// as the tokenizer's own output does.
+TEST_F(Cli, ATokenFileTrainsAsTheTokenizerDoes) {
+  const auto a = dir_ / "a.jsonl", b = dir_ / "b.jsonl";
+  ASSERT_EQ(run(std::string(kTinyRun) + " --metrics " + a.string()).code, 0);
+  const auto tool = std::filesystem::path(PARITY_BIN).parent_path() / "parity-tokenize";
+  const auto listed = dir_ / "tokens.txt";
+  ASSERT_EQ(std::system((tool.string() + " >" + listed.string() + " 2>/dev/null").c_str()), 0);
+  std::string tokens = slurp(listed);
+  while (!tokens.empty() && tokens.back() == '\n') tokens.pop_back();
+  ASSERT_TRUE(std::filesystem::is_regular_file(tokens)) << tokens;
+  ASSERT_EQ(run(std::string(kTinyRun) + " --tokens " + tokens + " --metrics " + b.string()).code, 0);
+  EXPECT_EQ(slurp(a), slurp(b));
+  EXPECT_FALSE(slurp(a).empty());
+  expect_one_line_error(run(std::string(kTinyRun) + " --tokens " + (dir_ / "none.bin").string()),
+                        "none.bin");
+}
+
 TEST_F(Cli, MetricsLinesCarryExactHexFloats) {
   const auto m = dir_ / "m.jsonl";
   auto r = run(std::string(kTinyRun) + " --metrics " + m.string());

@@ -130,6 +130,28 @@ TEST(ParseMatrix, DefaultsApplyAndACellsOwnValueWins) {
   EXPECT_EQ(m.find("nosuch"), nullptr);
 }
 
+// The learning rate and the device reach the cell's `parity train` arguments as given.
+TEST(ParseMatrix, LrAndDeviceReachTheTrainArguments) {
+  const auto m = rp::parse_matrix(
+      "[defaults]\nlr = 1e-2\n[[cell]]\nname = \"a\"\n[[cell]]\nname = \"b\"\n"
+      "device = \"cuda\"\nlr = 3\n",
+      "m.toml");
+  auto arg_after = [](const std::vector<std::string>& args, const std::string& flag) {
+    for (size_t i = 0; i + 1 < args.size(); ++i)
+      if (args[i] == flag) return args[i + 1];
+    return std::string("<absent>");
+  };
+  const auto a = m.find("a")->train_args(), b = m.find("b")->train_args();
+  EXPECT_EQ(arg_after(a, "--lr"), "0.01");  // the shortest text that reads back as 1e-2
+  EXPECT_EQ(arg_after(a, "--device"), "cpu");
+  EXPECT_EQ(arg_after(b, "--lr"), "3");  // an integer is a rate too
+  EXPECT_EQ(arg_after(b, "--device"), "cuda");
+  const std::string e = parse_error("[[cell]]\nname = \"a\"\ndevice = \"gpu\"\n");
+  EXPECT_TRUE(contains(e, "key 'device'")) << e;
+  EXPECT_TRUE(contains(e, "cpu, cuda")) << e;
+  EXPECT_TRUE(contains(parse_error("[[cell]]\nname = \"a\"\nlr = 0\n"), "must be positive"));
+}
+
 TEST(ParseMatrix, ReportStepsDefaultToTheSeeds) {
   const auto m = rp::parse_matrix("[[cell]]\nname = \"a\"\n", "m.toml");
   EXPECT_EQ(m.report_steps, (std::vector<int64_t>{1, 10, 50, 100}));

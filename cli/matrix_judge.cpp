@@ -44,6 +44,14 @@ void compare_step1(CellResult& cell, const CellResult& ref, const fs::path& cell
   } catch (const std::exception& e) {
     cell.step1.why_not = e.what();
   }
+  // The verdicts answer one question: does the pipeline route every gradient contribution
+  // exactly once? A reference-trainer cell (stock accumulation, reversed micro-batches, a
+  // repeat) routes nothing; it changes the computation on purpose, and the comparison above
+  // is its whole story (BITWISE or DIFFERS).
+  if (!cell.cell.pipelined()) {
+    cell.verdicts.why_not = "not a pipelined cell: the verdicts judge gradient routing";
+    return;
+  }
   if (cell.cell.multi_process() || ref.cell.multi_process()) {
     cell.verdicts.why_not = "multi-process runs record no ledger";
     return;

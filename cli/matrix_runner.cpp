@@ -290,8 +290,10 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
             (dir / "dump").string(), std::string("--dump-steps"), std::string("1")})
         args.push_back(a);
       if (!o.tokens.empty()) args.insert(args.end(), {"--tokens", o.tokens});
-      // The ledger costs only the dumped step; multi-process runs cannot record one yet.
-      if (!cr.cell.multi_process()) args.push_back("--ledger");
+      // The ledger costs only the dumped step; it is read for pipelined cells and their
+      // references, and multi-process runs cannot record one yet.
+      if (!cr.cell.multi_process() && (cr.cell.pipelined() || cr.cell.reference.empty()))
+        args.push_back("--ledger");
       running.push_back({next, spawn(args, dir / "log.txt"), Clock::now()});
       busy += need;
       if (!tty) say("[start " + std::to_string(next + 1) + "/" + std::to_string(r.cells.size()) +

@@ -301,6 +301,12 @@ Matrix parse_matrix(const std::string& text, const std::string& source) {
       fail(p, "nproc needs trainer = \"pipelined\" (the reference runs in one process)");
     if (!c.inject.empty() && !c.pipelined())
       fail(p, "inject needs trainer = \"pipelined\" (faults break the pipeline's routing)");
+    if (c.gate == Gate::OrderOnly && !c.pipelined())
+      fail(p, "gate = \"order-only\" judges a pipeline's routing; a reference-trainer cell "
+              "routes nothing (give it gate = \"bitwise\" or none)");
+    if (c.gate == Gate::OrderOnly && c.nproc > 0)
+      fail(p, "gate = \"order-only\" needs the ledger, which multi-process runs do not record "
+              "yet; drop nproc or the gate");
     if (!c.pipelined() && c.vp > 1 && c.clip_order != "per-rank")
       fail(p, "vp belongs to trainer = \"pipelined\" (or the reference's per-rank clip order)");
     line_of[c.name] = p.line;

@@ -87,7 +87,7 @@ pp = 2
 vp = 2
 nproc = 2
 label = "my own label"
-gate = "order-only"
+gate = "bitwise"
 [[cell]]
 name = "cached"
 reference = "ref"
@@ -121,7 +121,7 @@ TEST(ParseMatrix, DefaultsApplyAndACellsOwnValueWins) {
   ASSERT_NE(c64, nullptr);
   EXPECT_EQ(c64->dp, 2);
   EXPECT_EQ(c64->nproc, 2);
-  EXPECT_EQ(c64->gate, rp::Gate::OrderOnly);
+  EXPECT_EQ(c64->gate, rp::Gate::Bitwise);  // order-only would need a ledger, in-process
   EXPECT_EQ(c64->cache, "on");
   EXPECT_EQ(c64->label, "my own label");  // a given label is kept as it is
   EXPECT_EQ(m.find("naive")->gate, rp::Gate::Bitwise);
@@ -344,6 +344,19 @@ TEST(ParseMatrixErrors, NprocOnAReferenceTrainerCell) {
   EXPECT_TRUE(contains(e, "m.toml:3")) << e;
   EXPECT_TRUE(contains(e, "cell 'b'")) << e;
   EXPECT_TRUE(contains(e, "nproc needs trainer = \"pipelined\"")) << e;
+}
+
+// order-only reads the ledger's routing verdicts: a cell that routes nothing, or records no
+// ledger, cannot hold it.
+TEST(ParseMatrixErrors, AnOrderOnlyGateNeedsAnInProcessPipeline) {
+  const std::string ref = "[[cell]]\nname = \"r\"\n[[cell]]\nname = \"c\"\nreference = \"r\"\n"
+                          "gate = \"order-only\"\n";
+  std::string e = parse_error(ref);
+  EXPECT_TRUE(contains(e, "cell 'c'")) << e;
+  EXPECT_TRUE(contains(e, "routes nothing")) << e;
+  e = parse_error(ref + "trainer = \"pipelined\"\npp = 2\nvp = 2\nnproc = 2\n");
+  EXPECT_TRUE(contains(e, "multi-process")) << e;
+  EXPECT_EQ(parse_error(ref + "trainer = \"pipelined\"\npp = 2\nvp = 2\n"), "");
 }
 
 TEST(ParseMatrixErrors, ReferenceOfAnotherFlavor) {

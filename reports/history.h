@@ -40,7 +40,8 @@ void append_history(const std::string& path, const MatrixResult& r);
 std::vector<HistoryEntry> read_history(const std::string& path, int last = 0);
 
 // Per cell (the union of cells, in the newest run's order, then the rest), its verdict and
-// drift in each run, and whether its verdict changed between any two consecutive runs.
+// drift in each run, and whether its verdict changed between any two consecutive runs
+// (EXACT and BITWISE count as one outcome: equal bits).
 struct TrendRow {
   std::string cell;
   std::vector<std::string> verdicts;               // per run; "" when absent from that run

@@ -84,7 +84,7 @@ std::string trend_cell(const TrendRow& row, size_t i) {
   if (row.drift_pct[i]) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%+.2f%%", *row.drift_pct[i]);
-    s += drift_text(buf);
+    s += drift_text(*row.drift_pct[i] == 0 ? "identical" : buf);
   }
   return s;
 }

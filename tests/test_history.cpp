@@ -352,3 +352,17 @@ TEST(HistoryTrend, NoRunsAndOneRun) {
   EXPECT_EQ(one.rows[0].verdicts, (std::vector<std::string>{"EXACT"}));
   EXPECT_EQ(one.changed(), 0);
 }
+
+// EXACT (ledger) and BITWISE (comparison only) both mean equal bits: moving from one to the
+// other is no change of outcome; moving to DIFFERS is.
+TEST(HistoryTrend, ExactAndBitwiseAreOneOutcome) {
+  auto run = [](const std::string& verdict) {
+    rp::HistoryEntry e;
+    e.cells.push_back({"x", "ok", verdict, "-", 2, 1.0, std::nullopt});
+    return e;
+  };
+  EXPECT_EQ(rp::trend({run("EXACT"), run("BITWISE")}).changed(), 0);
+  EXPECT_EQ(rp::trend({run("BITWISE"), run("EXACT")}).changed(), 0);
+  EXPECT_EQ(rp::trend({run("BITWISE"), run("DIFFERS")}).changed(), 1);
+  EXPECT_EQ(rp::trend({run("EXACT"), run("ORDER-ONLY")}).changed(), 1);
+}

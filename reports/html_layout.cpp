@@ -47,7 +47,7 @@ constexpr int kMaxArcs = 8;  // deposit arcs per lane, beyond which none are dra
 
 }  // namespace
 
-std::string layout_svg(const json& layout) {
+std::string layout_svg(const json& layout, bool cached) {
   const json& stages = layout.at("stages");
   std::vector<StageBox> boxes;
   std::map<int, size_t> by_stage;  // stage -> index into boxes
@@ -65,8 +65,9 @@ std::string layout_svg(const json& layout) {
     ranks = std::max(ranks, b.rank + 1);
     b.lines.push_back("S" + std::to_string(b.stage) + " " + st.at("units").get<std::string>());
     b.lines.push_back("commits " + blocks(st.value("commits", std::vector<int>{}), "b"));
-    for (const json& c : st.value("collects", json::array()))
-      deposits[{c.at("from").get<int>(), b.stage}].push_back(c.at("block").get<int>());
+    if (cached)  // the naive transport carries the whole stack back: nothing is deposited
+      for (const json& c : st.value("collects", json::array()))
+        deposits[{c.at("from").get<int>(), b.stage}].push_back(c.at("block").get<int>());
     by_stage[b.stage] = boxes.size();
     boxes.push_back(std::move(b));
   }
@@ -79,6 +80,7 @@ std::string layout_svg(const json& layout) {
                           std::to_string(key.second));
         listed.insert(listed.end(), blks.begin(), blks.end());
       }
+    if (!cached) continue;
     const json& st = stages.at(by_stage[b.stage]);
     std::vector<int> orphan;
     for (int blk : st.value("deposits", std::vector<int>{}))
@@ -177,12 +179,15 @@ std::string layout_section(const MatrixResult& r) {
     if (c.layout.is_null()) continue;
     s += "<h3>" + escape(c.cell.name) + "</h3>\n";
     try {
-      std::string diagram = layout_svg(c.layout);
+      const bool cached = c.cell.cache == "on";
+      std::string diagram = layout_svg(c.layout, cached);
       const json& l = c.layout;
       s += "<p>pp " + std::to_string(l.value("pp", 0)) + " x vp " +
            std::to_string(l.value("vp", 0)) + ", " + std::to_string(l.at("stages").size()) +
            " stages, split <code>" + escape(l.value("split", std::string("?"))) + "</code></p>\n";
       std::string caption =
+          std::string(cached ? "" : "Naive transport (cache off): the whole stack travels on every "
+                                    "hop, forward and back, and nothing is deposited. ") +
           "One lane per rank, its stages left to right in stage order. b<k>: a block of the "
           "residual stack, committed by the stage that lists it; db<k>: its gradient, which a "
           "stage that read the block from its rank's store deposits to the owner (the arc's "

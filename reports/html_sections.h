@@ -33,7 +33,7 @@ std::string layout_section(const MatrixResult& r);
 // commits and the blocks it deposits to their owner; an arc per (depositing stage, owner) pair
 // above the lane, arrow at the owner (none in a lane with more than 8 pairs: the boxes list
 // them). Throws nlohmann::json::exception on a malformed layout, std::invalid_argument on a
-// rank outside 0..stages-1.
-std::string layout_svg(const nlohmann::json& layout);
+// rank outside 0..stages-1. cached = false (the naive transport): no deposits are drawn.
+std::string layout_svg(const nlohmann::json& layout, bool cached = true);
 
 }  // namespace parity::reports::html

@@ -268,6 +268,12 @@ TEST(LayoutSvg, StagesCommitsAndDeposits) {
                         "deposits db0 \u2192 S0", "deposits db0-2 \u2192 S1", "rank 0", "rank 1"})
     EXPECT_NE(out.find(s), std::string::npos) << s;
   EXPECT_EQ(count(out, "<path"), 2u);  // S2 -> S0 and S3 -> S1
+  // The naive transport deposits nothing: the same layout drawn for cache off has no deposit
+  // line and no arc.
+  const std::string naive = rp::html::layout_svg(nlohmann::json::parse(kLayout17x4pp2vp2), false);
+  EXPECT_EQ(naive.find("deposits"), std::string::npos);
+  EXPECT_EQ(naive.find("<path"), std::string::npos);
+  EXPECT_NE(naive.find("S3 14-16,head"), std::string::npos);
   EXPECT_THROW(rp::html::layout_svg(nlohmann::json::object()), nlohmann::json::exception);
   auto bad_rank = nlohmann::json::parse(
       R"({"stages":[{"stage":0,"rank":-1,"units":"emb,0-3","commits":[0],"collects":[]}]})");

@@ -17,22 +17,18 @@
 #include <string>
 #include <vector>
 
+#include "tests/cli_harness.h"
+
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using parity::testing::CliResult;
+using parity::testing::count_lines;
+using parity::testing::expect_one_line_error;
+using parity::testing::run_parity;
+using parity::testing::slurp;
 
 bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
@@ -95,16 +91,8 @@ class MatrixCli : public ::testing::Test {
   }
 
   // env: "NAME=value ..." set for this run only.
-  Result run(const std::string& args, const std::string& env = "") {
-    const auto out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
-    const std::string cmd = (env.empty() ? "" : "env " + env + " ") + std::string(PARITY_BIN) +
-                            " " + args + " >" + out.string() + " 2>" + err.string();
-    const int status = std::system(cmd.c_str());
-    Result r;
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
+  CliResult run(const std::string& args, const std::string& env = "") {
+    return run_parity(dir_, args, env);
   }
 
   std::string write(const std::string& name, const std::string& text) {
@@ -120,20 +108,6 @@ class MatrixCli : public ::testing::Test {
 
   fs::path dir_;
 };
-
-size_t count_lines(const std::string& s) {
-  size_t n = 0;
-  for (char c : s) n += c == '\n';
-  return n + (!s.empty() && s.back() != '\n');
-}
-
-// One line naming the problem, exit 2, no backtrace or exception dump.
-void expect_one_line_error(const Result& r, const std::string& needle) {
-  EXPECT_EQ(r.code, 2) << r.out << r.err;
-  EXPECT_EQ(count_lines(r.err), 1u) << r.err;
-  EXPECT_TRUE(contains(r.err, needle)) << r.err;
-  EXPECT_FALSE(contains(r.err, "terminate called")) << r.err;
-}
 
 // The cells of the Markdown table row whose label starts with `label_prefix`, trimmed.
 std::vector<std::string> md_row(const std::string& md, const std::string& label_prefix) {

@@ -262,7 +262,7 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
   size_t next = 0, done = 0;
   int busy = 0;
   auto last_note = Clock::now();
-  while ((next < r.cells.size() || !running.empty())) {
+  while ((!g_interrupted && next < r.cells.size()) || !running.empty()) {
     if (g_interrupted) {
       for (const auto& run : running) ::kill(-run.pid, SIGKILL);
     }

@@ -343,6 +343,42 @@ TEST_F(MatrixCli, ABadSplitNamesItsCell) {
   EXPECT_TRUE(contains(r.err, "cached")) << r.err;
 }
 
+// A matrix run told to stop (SIGTERM, or Ctrl-C's SIGINT) stops its cells and their workers,
+// keeps results.json with what finished and why the rest did not, and exits 1: no hang, no
+// cell process left behind.
+TEST_F(MatrixCli, AStoppedRunKillsItsCellsAndKeepsTheResult) {
+  const auto m = write("long.toml", R"(name = "long"
+[defaults]
+flavor = "tiny"
+seq_len = 16
+[[cell]]
+name = "ref"
+steps = 100000
+[[cell]]
+name = "later"
+reference = "ref"
+steps = 2
+)");
+  const auto out = path("run");
+  const auto rc = path("rc.txt");
+  // The cell starts within a second or two; the stop comes after 4 s, mid-run. A run that
+  // hung instead of stopping is killed after 60 s (exit 137, a failure here).
+  const std::string cmd = "timeout -s KILL 60 " + std::string(PARITY_BIN) + " matrix run " + m +
+                          " --out " + out + " --jobs 1 --quiet >/dev/null 2>" + path("err.txt") +
+                          " & pid=$!; sleep 4; kill -TERM $pid; wait $pid; echo $? >" + rc;
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  EXPECT_EQ(slurp(rc), "1\n") << slurp(path("err.txt"));
+  EXPECT_TRUE(contains(slurp(path("err.txt")), "interrupted")) << slurp(path("err.txt"));
+  const json res = json::parse(slurp(fs::path(out) / "results.json"));
+  ASSERT_EQ(res.at("cells").size(), 2u);
+  EXPECT_EQ(res.at("cells")[0].at("status"), "failed");
+  EXPECT_EQ(res.at("cells")[0].at("error"), "interrupted");
+  EXPECT_EQ(res.at("cells")[1].at("status"), "not run");
+  // No `parity train` of this run is left: every cell process named its metrics under `out`.
+  // ("[-]" keeps pgrep and its shell from matching their own command lines.)
+  EXPECT_NE(std::system(("pgrep -f -- '[-]-metrics " + out + "' >/dev/null").c_str()), 0);
+}
+
 TEST_F(MatrixCli, ACellStoppedByItsTimeoutFailsAndTheOthersRender) {
   // "slow" asks for 100000 steps (about 0.3-1 s each): it logs its first step within a few
   // seconds of starting and cannot finish in 15 s. ref and naive take about 4 s each.

@@ -9,7 +9,8 @@
 //               cache on and off, in bf16.
 //
 // Exit codes: 0 pass, 1 a check failed, 125 the gate cannot run (a bad matrix, a cell that
-// refuses its configuration, no seed checkpoint): what `git bisect run` reads as "skip".
+// refuses its configuration, no seed checkpoint): what `git bisect run` reads as "skip";
+// 130 stopped by SIGINT or SIGTERM (bisect stops too).
 #include <unistd.h>
 
 #include <filesystem>
@@ -32,6 +33,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr int kCannotRun = 125;
+constexpr int kInterrupted = 130;  // 128 + SIGINT
 
 struct GateOptions {
   std::string matrix = "quick";
@@ -104,12 +106,17 @@ int run_gate(GateOptions& o) {
   reports::MatrixResult r;
   try {
     r = run_matrix(m, o.run);
+  } catch (const Interrupted& e) {
+    // Neither pass, fail nor skip: an exit above 127 makes `git bisect run` stop.
+    std::cerr << "parity gate: " << e.what() << "\n";
+    return kInterrupted;
   } catch (const std::exception& e) {
     return cannot_run(e.what());
   }
-  // A cell that refused its configuration (exit 2) is a broken gate, not a failed check.
+  // A cell that refused its configuration (exit 2), or a seed checkpoint that could not be
+  // made, is a broken gate, not a failed check.
   for (const auto& c : r.cells)
-    if (!c.ok() && c.error.rfind("exit 2", 0) == 0)
+    if (!c.ok() && (c.error.rfind("exit 2", 0) == 0 || c.error.rfind(kNoSeed, 0) == 0))
       return cannot_run("cell " + c.cell.name + ": " + c.error);
   std::cout << reports::render_text(r);
   int failed = r.complete() && r.gates_ok() ? 0 : 1;

@@ -1,6 +1,7 @@
 #include "cli/matrix_judge.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "compare/dump.h"
@@ -121,6 +122,13 @@ void judge_gate(CellResult& c, const CellResult* ref) {
     g.why = "its reference '" + c.cell.reference + "' did not run to the end";
     return;
   }
+  // Agreement between dead runs proves nothing (as `parity compare` says of both runs dead).
+  for (const auto& st : c.steps)
+    if (!std::isfinite(st.loss) || !std::isfinite(st.grad_norm)) {
+      g.why = "the run diverged (loss or grad norm not finite from step " +
+              std::to_string(st.step) + "): an agreement there proves nothing";
+      return;
+    }
   if (g.gate == Gate::Bitwise) {
     if (!every_step_bitwise(c, *ref, g.why)) return;
     if (!c.step1.have) {

@@ -12,10 +12,12 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -86,11 +88,16 @@ pid_t spawn(const std::vector<std::string>& args, const fs::path& log) {
   return pid;
 }
 
-// Runs a short helper command to completion (the seed checkpoints).
+// Runs a short helper command to completion (the seed checkpoints); an interrupt stops it.
 int run_to_end(const std::vector<std::string>& args, const fs::path& log) {
   const pid_t pid = spawn(args, log);
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  for (;;) {
+    const pid_t p = ::waitpid(pid, &status, WNOHANG);
+    if (p == pid) break;
+    if (p < 0 && errno != EINTR) return 127;
+    if (g_interrupted) ::kill(-pid, SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
@@ -132,9 +139,14 @@ void collect(CellResult& c, const fs::path& dir) {
     try {
       auto j = nlohmann::json::parse(line);
       reports::StepPoint s;
+      // A NaN or infinite value is written as null (JSON has neither); the hex fields still
+      // say which ("nan", "inf").
+      auto number = [](const nlohmann::json& v) {
+        return v.is_null() ? std::numeric_limits<double>::quiet_NaN() : v.get<double>();
+      };
       s.step = j.at("step");
-      s.loss = j.at("loss");
-      s.grad_norm = j.at("grad_norm");
+      s.loss = number(j.at("loss"));
+      s.grad_norm = number(j.at("grad_norm"));
       s.loss_hex = j.at("loss_hex");
       s.grad_norm_hex = j.at("grad_norm_hex");
       c.steps.push_back(s);
@@ -160,6 +172,7 @@ struct Running {
   size_t index;
   pid_t pid;
   Clock::time_point started;
+  int cores;  // what it counts against --jobs
 };
 
 std::string progress_line(const std::vector<Running>& running, const MatrixResult& r,
@@ -195,6 +208,8 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
     const Cell* c = m.find(name);
     if (!c) throw UsageError("--inject: no cell named '" + name + "' in " + m.source);
     if (!c->pipelined()) throw UsageError("--inject: cell '" + name + "' is not pipelined");
+    if (!wanted.empty() && !wanted.count(name))
+      throw UsageError("--inject: cell '" + name + "' is not among the --only cells; add it there");
   }
 
   MatrixResult r;
@@ -222,11 +237,17 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
     cr.log = "cells/" + c.name + "/log.txt";
     r.cells.push_back(std::move(cr));
   }
-  if (o.steps > 0)
-    r.report_steps.erase(std::remove_if(r.report_steps.begin(), r.report_steps.end(),
-                                        [&](int64_t s) { return s > o.steps; }),
-                         r.report_steps.end());
-  if (r.report_steps.empty()) r.report_steps = {1};
+  // Report steps past every cell's last step would be columns of n/a: they go, and the last
+  // step takes their place.
+  int64_t last = 0;
+  for (const auto& c : r.cells) last = std::max(last, c.cell.steps);
+  const size_t before = r.report_steps.size();
+  r.report_steps.erase(std::remove_if(r.report_steps.begin(), r.report_steps.end(),
+                                      [&](int64_t s) { return s > last; }),
+                       r.report_steps.end());
+  if (r.report_steps.size() < before &&
+      (r.report_steps.empty() || r.report_steps.back() != last))
+    r.report_steps.push_back(last);
   if (o.on_start) o.on_start(r);
   // Everything checked: only now is anything written.
   std::error_code ec;
@@ -239,9 +260,15 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
   auto say = [&](const std::string& line) {
     if (!o.quiet) std::cerr << line << "\n" << std::flush;
   };
+  // A stop (Ctrl-C, SIGTERM) from here on stops the children and keeps what finished. The
+  // children are reaped by pid, which an inherited SIGCHLD = SIG_IGN would make impossible.
+  auto* old_int = std::signal(SIGINT, on_interrupt);
+  auto* old_term = std::signal(SIGTERM, on_interrupt);
+  auto* old_chld = std::signal(SIGCHLD, SIG_DFL);
 
   // One seed checkpoint per batch shape.
   std::map<std::string, std::string> seeds;  // batch shape -> file, or "" when it failed
+  std::map<std::string, std::string> seed_errors;
   for (const auto& c : r.cells) {
     const std::string shape = c.cell.batch_shape();
     if (seeds.count(shape)) continue;
@@ -250,13 +277,13 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
                                  std::to_string(c.cell.seed), "--out", file.string()},
                                 out / "seeds" / (shape + ".log"));
     seeds[shape] = code == 0 ? file.string() : "";
-    say("matrix " + m.name + ": seed checkpoint " + shape + (code == 0 ? "" : " FAILED (see " +
-        (out / "seeds" / (shape + ".log")).string() + ")"));
+    if (code != 0) seed_errors[shape] = last_error(out / "seeds" / (shape + ".log"));
+    say("matrix " + m.name + ": seed checkpoint " + shape +
+        (code == 0 ? "" : " FAILED: " + seed_errors[shape]));
+    if (g_interrupted) break;
   }
 
   // Cells in file order, as many at once as the cores allow.
-  auto* old_int = std::signal(SIGINT, on_interrupt);
-  auto* old_term = std::signal(SIGTERM, on_interrupt);
   const bool tty = ::isatty(2) && !o.quiet;
   std::vector<Running> running;
   size_t next = 0, done = 0;
@@ -277,7 +304,7 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
       const std::string seed = seeds[cr.cell.batch_shape()];
       if (seed.empty()) {
         cr.status = "failed";
-        cr.error = "its seed checkpoint could not be made";
+        cr.error = std::string(kNoSeed) + ": " + seed_errors[cr.cell.batch_shape()];
         ++next;
         ++done;
         continue;
@@ -294,7 +321,7 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
       // references, and multi-process runs cannot record one yet.
       if (!cr.cell.multi_process() && (cr.cell.pipelined() || cr.cell.reference.empty()))
         args.push_back("--ledger");
-      running.push_back({next, spawn(args, dir / "log.txt"), Clock::now()});
+      running.push_back({next, spawn(args, dir / "log.txt"), Clock::now(), need});
       busy += need;
       if (!tty) say("[start " + std::to_string(next + 1) + "/" + std::to_string(r.cells.size()) +
                     "] " + cr.cell.name);
@@ -306,12 +333,14 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
       int status = 0;
       const pid_t p = ::waitpid(running[i].pid, &status, WNOHANG);
       const double secs = std::chrono::duration<double>(Clock::now() - running[i].started).count();
-      const bool timed_out = o.cell_timeout_s > 0 && secs > o.cell_timeout_s;
+      // Only a cell still running can be over its time; one that has ended says how itself.
+      const bool timed_out = p == 0 && o.cell_timeout_s > 0 && secs > o.cell_timeout_s;
       if (p == 0 && !timed_out) {
         ++i;
         continue;
       }
-      if (p == 0) {  // over its time: stop the cell and its workers
+      const bool lost = p < 0;  // not reapable: its exit status is unknown
+      if (timed_out) {  // stop the cell and its workers
         ::kill(-running[i].pid, SIGKILL);
         ::waitpid(running[i].pid, &status, 0);
       }
@@ -320,17 +349,28 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
       cr.wall_seconds = secs;
       collect(cr, dir);
       cr.warnings = warnings(dir / "log.txt");
-      const bool ok = !timed_out && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      const bool exited_0 = !lost && !timed_out && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      // A run that exits 0 has logged every step; anything less is not a clean result.
+      const bool all_steps = static_cast<int64_t>(cr.steps.size()) == cr.cell.steps;
+      const bool ok = exited_0 && all_steps;
       cr.status = ok ? "ok" : "failed";
+      char took[32];
+      std::snprintf(took, sizeof took, "%.1f", secs);
+      const std::string why = last_error(dir / "log.txt");
       if (timed_out)
-        cr.error = "stopped after " + std::to_string(int(secs)) + " s (--cell-timeout-s)";
+        cr.error = "stopped after " + std::string(took) + " s (--cell-timeout-s)";
       else if (g_interrupted && !ok)
         cr.error = "interrupted";
+      else if (lost)
+        cr.error = "its process could not be waited for (" + std::string(std::strerror(errno)) + ")";
+      else if (exited_0)
+        cr.error = "logged " + std::to_string(cr.steps.size()) + " of " +
+                   std::to_string(cr.cell.steps) + " steps (see " + cr.log + ")";
       else if (!ok)
         cr.error = (WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
                                         : "exit " + std::to_string(WEXITSTATUS(status))) +
-                   (last_error(dir / "log.txt").empty() ? "" : ": " + last_error(dir / "log.txt"));
-      busy -= std::min(cr.cell.cores(), std::max(1, o.jobs));
+                   (why.empty() ? "" : ": " + why);
+      busy -= running[i].cores;
       ++done;
       char line[160];
       std::snprintf(line, sizeof line, "%s, %zu steps, %.3f s/step, %.1f s", ok ? "ok" : "FAILED",
@@ -355,6 +395,7 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
   if (tty) std::cerr << "\r\033[K" << std::flush;
   std::signal(SIGINT, old_int);
   std::signal(SIGTERM, old_term);
+  std::signal(SIGCHLD, old_chld);
   for (auto& cr : r.cells)
     if (cr.status == "not run" && g_interrupted) cr.error = "interrupted before it started";
 
@@ -363,7 +404,7 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
   reports::write_results(o.out_dir, r);
   if (g_interrupted) {
     g_interrupted = 0;
-    throw std::runtime_error("interrupted; the cells that finished are in " + o.out_dir +
+    throw Interrupted("interrupted; the cells that finished are in " + o.out_dir +
                              "/results.json");
   }
   return r;

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,8 +39,18 @@ struct MatrixRunOptions {
   std::function<void(const reports::MatrixResult&)> on_start;
 };
 
+// A cell's error when its batch shape's seed checkpoint could not be made (a configuration
+// problem: the gate cannot run).
+constexpr const char* kNoSeed = "its seed checkpoint could not be made";
+
+// A run stopped by SIGINT or SIGTERM: results.json holds what finished.
+class Interrupted : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // Runs the cells and the step-1 comparisons, writes DIR/results.json. Throws UsageError for a
-// bad --out or --only; a cell's failure is recorded, not thrown.
+// bad --out or --only, Interrupted when stopped; a cell's failure is recorded, not thrown.
 reports::MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o);
 
 }  // namespace parity::cli

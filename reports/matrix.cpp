@@ -324,6 +324,15 @@ Matrix parse_matrix(const std::string& text, const std::string& source) {
     if (ref->flavor != c.flavor)
       fail(p, "flavor '" + c.flavor + "' against a reference of flavor '" + ref->flavor +
                   "': the parameters differ, nothing can be compared");
+    if (ref->batch_shape() != c.batch_shape())
+      fail(p, "the batch (flavor_seed_dp x micro-batches x rows x seq_len) is " +
+                  c.batch_shape() + ", the reference's " + ref->batch_shape() +
+                  ": a comparison needs the same tokens and checkpoint; give the cell a "
+                  "reference of its own batch");
+    if (ref->dtype != c.dtype)
+      fail(p, "dtype '" + c.dtype + "' against a reference in '" + ref->dtype +
+                  "': give the cell a reference of its own dtype (compare --truth compares "
+                  "against an fp64 run)");
   }
   for (auto& c : m.cells) {
     if (!c.label.empty()) continue;

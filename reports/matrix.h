@@ -26,7 +26,9 @@
 // in-process], backend [gloo when nproc > 0], inject [[]: fault specs, as train --inject].
 //
 // A cell's seed checkpoint is shared by every cell of its batch shape (flavor, seed, dp x
-// microbatches x rows x seq_len): made once per matrix run.
+// microbatches x rows x seq_len): made once per matrix run, as the seed's protocol does. (Our
+// initialisation depends on flavor and seed alone, so two shapes' checkpoints are equal.) A
+// cell and its reference share flavor, batch shape and dtype, else nothing compares.
 #pragma once
 
 #include <cstdint>

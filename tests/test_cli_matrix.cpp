@@ -443,6 +443,67 @@ TEST_F(MatrixCli, GatePassesOnASmallMatrix) {
   EXPECT_TRUE(contains(r.out, "1 steps")) << r.out;  // the gate runs step 1 only
 }
 
+// A diverged run (NaN losses, written as null in the metrics) keeps all its steps, and a
+// bitwise gate does not pass on two dead runs agreeing.
+TEST_F(MatrixCli, ADivergedRunKeepsItsStepsAndFailsItsGate) {
+  const auto m = write("nan.toml", R"(name = "nan"
+report_steps = [1, 3]
+[defaults]
+flavor = "tiny"
+steps = 3
+seq_len = 16
+lr = 1e9
+[[cell]]
+name = "ref"
+[[cell]]
+name = "pp2"
+reference = "ref"
+trainer = "pipelined"
+pp = 2
+gate = "bitwise"
+)");
+  const auto out = path("run");
+  const auto r = run("matrix run " + m + " --out " + out + " --jobs 2 --quiet");
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "diverged")) << r.out;
+  const json res = json::parse(slurp(fs::path(out) / "results.json"));
+  for (const auto& c : res.at("cells")) {
+    EXPECT_EQ(c.at("status"), "ok") << c.at("cell").at("name");
+    EXPECT_EQ(c.at("steps").size(), 3u) << c.at("cell").at("name");  // none dropped at the NaN
+  }
+}
+
+// A cell's failure is reported as itself even when parity starts with SIGCHLD ignored
+// (inherited through exec), where a child's exit status would otherwise be lost and read as 0.
+TEST_F(MatrixCli, ACellsOwnFailureIsReportedAsItself) {
+  const auto m = write("small.toml", kSmall);
+  const std::string cmd = "sh -c 'trap \"\" CHLD; exec " + std::string(PARITY_BIN) +
+                          " matrix run " + m + " --out " + path("b") +
+                          " --only ref --tokens /nonexistent --quiet' >" + path("b.txt") + " 2>&1";
+  EXPECT_NE(std::system(cmd.c_str()), 0);
+  EXPECT_TRUE(contains(slurp(path("b.txt")), "FAILED: 1 of 1 cells failed")) << slurp(path("b.txt"));
+}
+
+// No seed checkpoint (here: a flavor parity does not know) is a gate that cannot run, and it
+// says why.
+TEST_F(MatrixCli, GateWithoutASeedCheckpointCannotRunAndSaysWhy) {
+  const auto m = write("bogus.toml", R"(name = "bogus"
+[defaults]
+flavor = "bogus"
+steps = 1
+seq_len = 16
+[[cell]]
+name = "ref"
+[[cell]]
+name = "again"
+reference = "ref"
+gate = "bitwise"
+)");
+  const auto r = run("gate --matrix " + m + " --no-closed-forms --quiet", tmpdir());
+  EXPECT_EQ(r.code, 125) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "unknown flavor 'bogus'")) << r.err;
+}
+
 TEST_F(MatrixCli, GateCannotRunWhenACellIsRefusedOrTheMatrixIsBad) {
   // `parity train` refuses the cached cell (exit 2: rows longer than the corpus allows).
   std::string refused = kSmall;

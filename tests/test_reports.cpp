@@ -76,6 +76,7 @@ gate = "bitwise"
 [[cell]]
 name = "ref64"
 dtype = "fp64"
+dp = 2
 steps = 3
 [[cell]]
 name = "cached64"
@@ -179,7 +180,7 @@ TEST(ParseMatrix, DefaultLabelsInTheSeedsWords) {
   // The same training arguments as its reference: the determinism check.
   EXPECT_EQ(m.find("again")->label, "dp1, repeat");
   EXPECT_EQ(m.find("cached")->label, "pp4 x vp2, cached");
-  EXPECT_EQ(m.find("ref64")->label, "dp1");
+  EXPECT_EQ(m.find("ref64")->label, "dp2");
 
   const auto more = rp::parse_matrix(R"(
 [[cell]]
@@ -364,6 +365,19 @@ TEST(ParseMatrixErrors, ReferenceOfAnotherFlavor) {
                                     "reference = \"a\"\nflavor = \"debugmodel\"\n");
   EXPECT_TRUE(contains(e, "cell 'b'")) << e;
   EXPECT_TRUE(contains(e, "flavor")) << e;
+}
+
+// A comparison needs the same tokens, checkpoint and dtype as the reference.
+TEST(ParseMatrixErrors, ACellOfAnotherBatchOrDtypeThanItsReference) {
+  const std::string base = "[[cell]]\nname = \"r\"\nseq_len = 32\n[[cell]]\nname = \"c\"\n"
+                           "reference = \"r\"\n";
+  std::string e = parse_error(base + "seq_len = 16\n");
+  EXPECT_TRUE(contains(e, "cell 'c'")) << e;
+  EXPECT_TRUE(contains(e, "tiny_s42_1x4x1x16")) << e;  // flavor_seed_dp x M x rows x T
+  EXPECT_TRUE(contains(e, "tiny_s42_1x4x1x32")) << e;
+  e = parse_error(base + "seq_len = 32\ndtype = \"fp32\"\n");
+  EXPECT_TRUE(contains(e, "dtype 'fp32'")) << e;
+  EXPECT_EQ(parse_error(base + "seq_len = 32\nlr = 1e-2\n"), "");  // another rate is fine
 }
 
 TEST(ParseMatrixErrors, InvalidTomlNamesTheLine) {

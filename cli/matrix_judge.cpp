@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
 
 #include "compare/dump.h"
@@ -16,19 +17,23 @@ using reports::Gate;
 
 namespace {
 
-// Step 1 of `cell` against `ref`: every scalar and tensor, and the ledger verdicts.
+// A reference's step-1 dump, read once however many cells compare against it.
+struct ReferenceDump {
+  compare::Dump dump;
+  std::string error;  // why it could not be read
+};
+
+// Step 1 of `cell` against `ref`: every scalar and tensor, and the ledger verdicts. The runner
+// dumps step 1 alone, so the dumps compare whole.
 void compare_step1(CellResult& cell, const CellResult& ref, const fs::path& cell_dump,
-                   const fs::path& ref_dump) {
+                   const fs::path& ref_dump, const ReferenceDump& b) {
   try {
+    if (!b.error.empty()) throw compare::DumpError(b.error);
     const auto a = compare::read_dump(cell_dump.string());
-    const auto b = compare::read_dump(ref_dump.string());
-    if (!a.steps.count(1) || !b.steps.count(1))
+    if (!a.steps.count(1) || !b.dump.steps.count(1))
       throw compare::DumpError("step 1 is not in both dumps");
-    compare::Dump a1 = a, b1 = b;
-    a1.steps = {{1, a.steps.at(1)}};
-    b1.steps = {{1, b.steps.at(1)}};
     auto& d = cell.step1;
-    for (const auto& row : compare::compare_dumps(a1, b1, 1)) {
+    for (const auto& row : compare::compare_dumps(a, b.dump, 1)) {
       const auto& t = row.diff;
       const bool tensor = t.name.rfind("grads/", 0) == 0 || t.name.rfind("params/", 0) == 0;
       const uint64_t ulp = !t.problem.empty() || t.nan_mismatch ? reports::kUlpInfinite : t.max_ulp;
@@ -159,6 +164,16 @@ void judge_gate(CellResult& c, const CellResult* ref) {
 }  // namespace
 
 void judge_cells(reports::MatrixResult& r, const fs::path& cells_dir) {
+  std::map<std::string, ReferenceDump> refs;
+  auto reference_dump = [&](const std::string& name) -> const ReferenceDump& {
+    auto [it, fresh] = refs.try_emplace(name);
+    if (fresh) try {
+        it->second.dump = compare::read_dump((cells_dir / name / "dump").string());
+      } catch (const std::exception& e) {
+        it->second.error = e.what();
+      }
+    return it->second;
+  };
   for (auto& cr : r.cells) {
     if (cr.cell.reference.empty()) continue;
     const CellResult* ref = r.find(cr.cell.reference);
@@ -168,7 +183,7 @@ void judge_cells(reports::MatrixResult& r, const fs::path& cells_dir) {
       cr.step1.why_not = cr.verdicts.why_not = "its reference did not run to the end";
     } else {
       compare_step1(cr, *ref, cells_dir / cr.cell.name / "dump",
-                    cells_dir / ref->cell.name / "dump");
+                    cells_dir / ref->cell.name / "dump", reference_dump(ref->cell.name));
     }
     judge_gate(cr, ref);
   }

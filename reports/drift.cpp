@@ -105,10 +105,16 @@ std::string tokens_text(const Cell& c) {
 
 }  // namespace
 
+std::optional<double> relative_change_pct(double value, double reference) {
+  if (reference == 0 || !std::isfinite(value) || !std::isfinite(reference)) return std::nullopt;
+  return (value - reference) / std::fabs(reference) * 100.0;
+}
+
 std::string percent_change(double value, double reference) {
-  if (reference == 0 || !std::isfinite(value) || !std::isfinite(reference)) return "n/a";
+  const auto pct = relative_change_pct(value, reference);
+  if (!pct) return "n/a";
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%+.2f%%", (value - reference) / std::fabs(reference) * 100.0);
+  std::snprintf(buf, sizeof buf, "%+.2f%%", *pct);
   return buf;
 }
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -80,7 +81,10 @@ struct SummaryRow {
 };
 std::vector<SummaryRow> summary_rows(const MatrixResult& r);
 
-// The signed relative change (a - ref) / |ref| in percent, as the table prints it.
+// The signed relative change (value - reference) / |reference| in percent; none when the
+// reference is 0 or either value is not finite.
+std::optional<double> relative_change_pct(double value, double reference);
+// The same as the table prints it: "+0.21%", or "n/a" when there is none.
 std::string percent_change(double value, double reference);
 
 }  // namespace parity::reports

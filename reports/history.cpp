@@ -36,10 +36,10 @@ std::optional<double> final_loss_drift(const MatrixResult& r, const CellResult& 
   if (ref == nullptr) return std::nullopt;
   const StepPoint& last = c.steps.back();
   const StepPoint* at = ref->at(last.step);
-  if (at == nullptr || at->loss == 0) return std::nullopt;
-  const double pct = (last.loss - at->loss) / std::fabs(at->loss) * 100.0;
+  if (at == nullptr) return std::nullopt;
+  const auto pct = relative_change_pct(last.loss, at->loss);
   // JSON has no NaN or Inf: a non-finite drift is as good as unknown.
-  if (!std::isfinite(pct)) return std::nullopt;
+  if (!pct || !std::isfinite(*pct)) return std::nullopt;
   return pct;
 }
 

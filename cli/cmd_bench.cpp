@@ -1,175 +1,14 @@
-// parity bench: throughput figures, measured outside the test suite.
-//
-//   --what reference   reference-trainer steps: tokens/s, ms/step (median of the measured
-//                      steps after warm-up), peak RSS
-//   --what kda         one KDA mixer layer, forward + backward, chunked vs recurrent
-#include <ATen/ATen.h>
-#include <sys/resource.h>
-#include <torch/torch.h>
-
-#include <algorithm>
-#include <chrono>
-#include <cstdio>
+// parity bench --what reference|pipelined|kda|compare: throughput figures (harness/bench.h).
 #include <memory>
-#include <vector>
 
 #include "cli/commands.h"
-#include "cli/setup.h"
-#include "compare/dump.h"
-#include "compare/dump_compare.h"
-#include "kernels/kda.h"
-#include "kernels/threads.h"
-#include "kernels/params.h"
-#include "reference/trainer.h"
+#include "harness/bench.h"
 
 namespace parity::cli {
 
-namespace {
-
-struct BenchOptions {
-  RunOptions run;
-  std::string what = "reference";
-  int warmup_steps = 2;
-  int measured_steps = 5;
-  std::string a, b;  // --what compare
-};
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-double peak_rss_mib() {
-  struct rusage ru {};
-  getrusage(RUSAGE_SELF, &ru);
-  return ru.ru_maxrss / 1024.0;  // ru_maxrss is in KiB on Linux
-}
-
-class StepTimes : public kernels::StepObserver {
- public:
-  void on_step(const kernels::StepRecord& r) override {
-    seconds.push_back(r.seconds);
-    tokens = r.tokens;
-    std::fprintf(stderr, "  step %lld: %.1f ms\n", static_cast<long long>(r.step),
-                 r.seconds * 1e3);
-  }
-  std::vector<double> seconds;
-  int64_t tokens = 0;
-};
-
-void print_bench(const BenchOptions& o, bool pipe, const std::string& shape,
-                 const StepTimes& times, const pipelined::PipelineStats& stats);
-
-int bench_trainer(BenchOptions o) {
-  o.run.steps = o.warmup_steps + o.measured_steps;
-  const bool pipe = o.what == "pipelined";
-  std::string shape = "reference";
-  if (pipe)
-    shape = "pp" + std::to_string(o.run.pp) + "xvp" + std::to_string(o.run.vp) + " cache " +
-            o.run.cache;
-  std::fprintf(stderr, "bench %s: %s %s, %d x %d x %lld tokens, %d warm-up + %d measured "
-               "steps, %d thread(s)\n", shape.c_str(), o.run.flavor.c_str(),
-               o.run.dtype.c_str(), o.run.microbatches, o.run.rows,
-               static_cast<long long>(o.run.seq_len), o.warmup_steps, o.measured_steps,
-               o.run.threads);
-  if (pipe && o.run.nproc > 0)
-    shape += ", " + std::to_string(o.run.nproc) + " processes (" +
-             (o.run.backend.empty() ? std::string("gloo") : o.run.backend) + ")";
-  StepTimes times;
-  // Printed by the process that ran rank 0 (a worker under --nproc).
-  run_trainer(o.what, o.run, times, [&](const pipelined::PipelineStats& stats) {
-    print_bench(o, pipe, shape, times, stats);
-  });
-  return 0;
-}
-
-void print_bench(const BenchOptions& o, bool pipe, const std::string& shape,
-                 const StepTimes& times, const pipelined::PipelineStats& stats) {
-  std::vector<double> measured(times.seconds.begin() + o.warmup_steps, times.seconds.end());
-  const double ms = median(measured) * 1e3;
-  std::printf("%-12s %-6s %-24s %12s %12s %12s", "flavor", "dtype", "trainer", "ms/step",
-              "tokens/s", "peak RSS MiB");
-  if (pipe) std::printf(" %14s %14s", "fwd B/mb", "bwd B/mb");
-  std::printf("\n%-12s %-6s %-24s %12.1f %12.1f %12.1f", o.run.flavor.c_str(),
-              o.run.dtype.c_str(), (pipe ? "pipelined " + shape : shape).c_str(), ms,
-              times.tokens / (ms / 1e3), peak_rss_mib());
-  if (pipe && !stats.bytes_forward_per_mb.empty())
-    std::printf(" %14lld %14lld", static_cast<long long>(stats.bytes_forward_per_mb[0]),
-                static_cast<long long>(stats.bytes_backward_per_mb[0]));
-  std::printf("\n");
-  std::fflush(stdout);
-}
-
-// Reads two dumps (files in the page cache after the first read) and compares every tensor:
-// the rate is bytes of tensor data per side over the comparison's wall time.
-int bench_compare(const BenchOptions& o) {
-  if (o.a.empty() || o.b.empty())
-    throw UsageError("bench --what compare needs --a DUMP and --b DUMP (from train --dump)");
-  for (int warm = 0; warm < 1; ++warm) compare::read_dump(o.a);  // bring the files into cache
-  compare::read_dump(o.b);
-  auto t0 = std::chrono::steady_clock::now();
-  auto A = compare::read_dump(o.a);
-  auto B = compare::read_dump(o.b);
-  auto t1 = std::chrono::steady_clock::now();
-  std::vector<double> times;
-  size_t rows = 0;
-  for (int i = 0; i < std::max(1, o.measured_steps); ++i) {
-    auto c0 = std::chrono::steady_clock::now();
-    rows = compare::compare_dumps(A, B, o.run.threads).size();
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count());
-  }
-  const double read_s = std::chrono::duration<double>(t1 - t0).count();
-  const double cmp_s = median(times);
-  const double gb = compare::compared_bytes(A) / 1e9;
-  std::printf("%-10s %8s %10s %12s %12s %14s %14s\n", "what", "threads", "tensors", "GB/side",
-              "read s", "compare s", "compare GB/s");
-  std::printf("%-10s %8d %10zu %12.3f %12.3f %14.3f %14.2f\n", "compare", o.run.threads, rows, gb,
-              read_s, cmp_s, gb / cmp_s);
-  return 0;
-}
-
-int bench_kda(const BenchOptions& o) {
-  auto cfg = kernels::flavor(o.run.flavor);
-  auto precision = kernels::parse_precision(o.run.dtype);
-  const auto dt = kernels::compute_dtype(precision);
-  kernels::pin_threads(o.run.threads);
-  auto all = kernels::init_params(cfg, o.run.seed);
-  int layer = 0;
-  while (cfg.mixer(layer) != kernels::MixerKind::KDA) ++layer;
-  const std::string p = "layers." + std::to_string(layer) + ".attention.";
-  auto W = [&](const char* n) { return all.at(p + n).to(dt).requires_grad_(true); };
-  kernels::KdaWeights w{W("q_proj.weight"), W("k_proj.weight"), W("v_proj.weight"),
-                        W("q_conv.weight"), W("k_conv.weight"), W("v_conv.weight"),
-                        W("b_proj.weight"), W("f_a.weight"), W("f_b.weight"), W("A_log"),
-                        W("dt_bias"), W("o_norm.weight"), W("out_gate.weight"),
-                        W("o_proj.weight")};
-  auto gen = at::detail::createCPUGenerator(o.run.seed);
-  auto x = at::empty({o.run.rows, o.run.seq_len, cfg.dim}).normal_(0, 1, gen).to(dt);
-  x.requires_grad_(true);
-  std::printf("%-12s %-6s %-10s %6s %12s\n", "flavor", "dtype", "kda", "T", "ms fwd+bwd");
-  for (auto impl : {kernels::KdaImpl::Chunked, kernels::KdaImpl::Recurrent}) {
-    kernels::KdaDims d{cfg.n_heads, cfg.kda_head, cfg.kda_conv, cfg.kda_chunk, cfg.norm_eps,
-                       impl};
-    std::vector<double> t;
-    for (int i = 0; i < o.warmup_steps + o.measured_steps; ++i) {
-      const auto t0 = std::chrono::steady_clock::now();
-      kernels::kda(x, w, d).sum().backward();
-      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
-    std::vector<double> measured(t.begin() + o.warmup_steps, t.end());
-    std::printf("%-12s %-6s %-10s %6lld %12.2f\n", cfg.name.c_str(), o.run.dtype.c_str(),
-                impl == kernels::KdaImpl::Chunked ? "chunked" : "recurrent",
-                static_cast<long long>(o.run.seq_len), median(measured) * 1e3);
-  }
-  return 0;
-}
-
-}  // namespace
-
 Command add_bench_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "measure throughput (reference steps, KDA forms)");
-  auto o = std::make_shared<BenchOptions>();
+  auto o = std::make_shared<harness::BenchOptions>();
   cmd->add_option("--what", o->what, "reference, pipelined or kda")->capture_default_str();
   add_run_options(*cmd, o->run);
   cmd->add_option("--warmup-steps", o->warmup_steps, "unmeasured steps first")
@@ -179,9 +18,9 @@ Command add_bench_command(CLI::App& app) {
   cmd->add_option("--a", o->a, "--what compare: the first dump");
   cmd->add_option("--b", o->b, "--what compare: the second dump");
   return {cmd, [o] {
-            if (o->what == "reference" || o->what == "pipelined") return bench_trainer(*o);
-            if (o->what == "kda") return bench_kda(*o);
-            if (o->what == "compare") return bench_compare(*o);
+            if (o->what == "reference" || o->what == "pipelined") return harness::bench_trainer(*o);
+            if (o->what == "kda") return harness::bench_kda(*o);
+            if (o->what == "compare") return harness::bench_compare(*o);
             throw UsageError("unknown --what '" + o->what + "'; use reference, pipelined, kda or compare");
           }};
 }

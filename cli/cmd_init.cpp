@@ -2,8 +2,8 @@
 #include <iostream>
 
 #include "cli/commands.h"
-#include "cli/version.h"
-#include "compare/checkpoint.h"
+#include "dumps/checkpoint.h"
+#include "harness/version.h"
 #include "kernels/config.h"
 #include "kernels/params.h"
 
@@ -19,7 +19,7 @@ struct InitOptions {
 int run_init(const InitOptions& o) {
   const auto cfg = kernels::flavor(o.flavor);
   const auto params = kernels::init_params(cfg, o.seed);
-  compare::write_checkpoint(o.out, cfg, o.seed, params, git_sha());
+  dumps::write_checkpoint(o.out, cfg, o.seed, params, harness::git_sha());
   std::cout << "wrote " << o.out << ": flavor " << cfg.name << ", seed " << o.seed << ", "
             << params.size() << " tensors, "
             << kernels::total_numel(kernels::param_specs(cfg)) << " parameters\n";

@@ -1,11 +1,9 @@
 // parity layout: the routing tables of a pipeline shape (per stage, forward and backward,
 // cache off and on) and the volume summary. parity schedule: a schedule's step x rank grid.
-#include <nlohmann/json.hpp>
-
 #include <iostream>
 
 #include "cli/commands.h"
-#include "cli/layout_json.h"
+#include "harness/layout_json.h"
 #include "pipelined/routing.h"
 #include "pipelined/schedule.h"
 #include "pipelined/split.h"
@@ -20,47 +18,9 @@ struct LayoutOptions {
   bool json = false;
 };
 
-nlohmann::json blocks_json(const pipelined::Blocks& b) { return nlohmann::json(b); }
-
-}  // namespace
-
-nlohmann::json layout_json(int layers, int block, int pp, int vp, const std::string& split_spec) {
-  const auto split = split_spec.empty() ? pipelined::default_split(layers, pp * vp)
-                                        : pipelined::parse_split(split_spec, layers, pp * vp);
-  const auto t = pipelined::make_routing_tables(layers, block, split, pp);
-  nlohmann::json stages = nlohmann::json::array();
-  for (const auto& r : t.stages) {
-    nlohmann::json collects = nlohmann::json::array();
-    for (const auto& d : r.collects) collects.push_back({{"block", d.block}, {"from", d.from_stage}});
-    stages.push_back({{"stage", r.stage},
-                      {"rank", r.rank},
-                      {"units", pipelined::Split::units_text(split.units(r.stage), layers)},
-                      {"commits", blocks_json(r.commits)},
-                      {"held_at_entry", blocks_json(r.held_at_entry)},
-                      {"sends_cached", blocks_json(r.send_cached)},
-                      {"sends_naive", blocks_json(r.send_naive)},
-                      {"deposits", blocks_json(r.deposits)},
-                      {"collects", collects}});
-  }
-  return {{"layers", layers},
-          {"block", block},
-          {"pp", pp},
-          {"vp", vp},
-          {"split", split.spec()},
-          {"stages", stages},
-          {"volume",
-           {{"option1", t.volume.option1},
-            {"naive", t.volume.naive},
-            {"cached", t.volume.cached},
-            {"naive_peak", t.volume.naive_peak},
-            {"cached_peak", t.volume.cached_peak}}}};
-}
-
-namespace {
-
 int run_layout(const LayoutOptions& o) {
   if (o.json) {
-    std::cout << layout_json(o.layers, o.block, o.pp, o.vp, o.split).dump(2) << "\n";
+    std::cout << harness::layout_json(o.layers, o.block, o.pp, o.vp, o.split).dump(2) << "\n";
     return 0;
   }
   const auto split = o.split.empty() ? pipelined::default_split(o.layers, o.pp * o.vp)

@@ -1,19 +1,18 @@
 // The `parity` subcommands. Each registers its options on a CLI11 app and returns the exit
-// code. Wiring only: the work lives in the libraries.
+// code. Wiring only: options, then configs, then one call into a library.
 #pragma once
 
 #include <CLI/CLI.hpp>
 
 #include <functional>
-#include <stdexcept>
+
+#include "harness/errors.h"
+#include "harness/run_options.h"
 
 namespace parity::cli {
 
 // Bad input from the user: one line on stderr, exit code 2.
-class UsageError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+using harness::UsageError;
 
 // A registered subcommand and the action to run once the command line is parsed.
 struct Command {
@@ -32,5 +31,8 @@ Command add_localise_command(CLI::App& app);
 Command add_matrix_command(CLI::App& app);
 Command add_report_command(CLI::App& app);
 Command add_gate_command(CLI::App& app);
+
+// Registers the options every training run shares (`train`, `bench`) on `cmd`.
+void add_run_options(CLI::App& cmd, harness::RunOptions& o);
 
 }  // namespace parity::cli

@@ -9,11 +9,11 @@
 #include <string>
 
 #include "cli/commands.h"
-#include "cli/version.h"
-#include "compare/checkpoint.h"
-#include "compare/dump.h"
-#include "compare/h5.h"
 #include "datasets/corpus.h"
+#include "dumps/checkpoint.h"
+#include "dumps/dump.h"
+#include "dumps/h5.h"
+#include "harness/version.h"
 #include "kernels/config.h"
 #include "pipelined/rank_store.h"
 #include "pipelined/schedule.h"
@@ -25,10 +25,10 @@ namespace {
 // Errors that mean the input was bad (exit 2); anything else is a failed run (exit 1).
 bool is_bad_input(const std::exception& e) {
   using namespace parity;
-  return dynamic_cast<const cli::UsageError*>(&e) || dynamic_cast<const kernels::ConfigError*>(&e) ||
+  return dynamic_cast<const harness::UsageError*>(&e) || dynamic_cast<const kernels::ConfigError*>(&e) ||
          dynamic_cast<const datasets::DataError*>(&e) ||
-         dynamic_cast<const compare::CheckpointError*>(&e) ||
-         dynamic_cast<const compare::DumpError*>(&e) || dynamic_cast<const h5::Error*>(&e) ||
+         dynamic_cast<const dumps::CheckpointError*>(&e) ||
+         dynamic_cast<const dumps::DumpError*>(&e) || dynamic_cast<const h5::Error*>(&e) ||
          dynamic_cast<const pipelined::SplitError*>(&e) ||
          dynamic_cast<const pipelined::ScheduleError*>(&e) ||
          dynamic_cast<const reports::MatrixError*>(&e);
@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
   using namespace parity;
   CLI::App app{"parity: is this difference only reduction order, or is it a bug?"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", cli::version_text());
+  app.set_version_flag("--version", harness::version_text());
   std::map<CLI::App*, std::function<int()>> actions;
   for (auto add : {cli::add_model_command, cli::add_init_command, cli::add_train_command,
                    cli::add_bench_command, cli::add_layout_command, cli::add_schedule_command,

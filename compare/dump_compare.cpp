@@ -10,17 +10,17 @@ namespace {
 struct Job {
   int64_t step;
   std::string name;
-  const StoredTensor* a;
-  const StoredTensor* b;
+  const dumps::StoredTensor* a;
+  const dumps::StoredTensor* b;
 };
 }  // namespace
 
-std::vector<CompareRow> compare_dumps(const Dump& A, const Dump& B, int threads) {
+std::vector<CompareRow> compare_dumps(const dumps::Dump& A, const dumps::Dump& B, int threads) {
   if (A.meta.at("flavor") != B.meta.at("flavor"))
-    throw DumpError("the dumps are of different flavors (" + A.meta.at("flavor") + " and " +
+    throw dumps::DumpError("the dumps are of different flavors (" + A.meta.at("flavor") + " and " +
                     B.meta.at("flavor") + "); compare runs of one model");
   if (A.meta.at("fqns") != B.meta.at("fqns"))
-    throw DumpError("the dumps hold different parameter sets (FQN lists differ); compare runs "
+    throw dumps::DumpError("the dumps hold different parameter sets (FQN lists differ); compare runs "
                     "of one model");
   std::set<int64_t> steps_a, steps_b;
   for (const auto& s : A.steps) steps_a.insert(s.first);
@@ -29,7 +29,7 @@ std::vector<CompareRow> compare_dumps(const Dump& A, const Dump& B, int threads)
     std::string sa, sb;
     for (auto s : steps_a) sa += " " + std::to_string(s);
     for (auto s : steps_b) sb += " " + std::to_string(s);
-    throw DumpError("the dumps hold different steps (" + A.source + ":" +
+    throw dumps::DumpError("the dumps hold different steps (" + A.source + ":" +
                     (sa.empty() ? " none" : sa) + "; " + B.source + ":" +
                     (sb.empty() ? " none" : sb) + "); dump the same --dump-steps in both runs");
   }
@@ -40,12 +40,12 @@ std::vector<CompareRow> compare_dumps(const Dump& A, const Dump& B, int threads)
     for (const auto& [k, v] : sa.scalars)
       if (sb.scalars.count(k)) jobs.push_back({step, k, &v, &sb.scalars.at(k)});
     if (sa.grads.size() != sb.grads.size())
-      throw DumpError("step " + std::to_string(step) + ": " + std::to_string(sa.grads.size()) +
+      throw dumps::DumpError("step " + std::to_string(step) + ": " + std::to_string(sa.grads.size()) +
                       " gradients against " + std::to_string(sb.grads.size()) +
                       "; one dump is missing a rank's file");
     for (const auto& fqn : sa.fqns) {
       if (!sb.grads.count(fqn) || !sb.params.count(fqn))
-        throw DumpError("step " + std::to_string(step) + ": " + B.source + " lacks " + fqn);
+        throw dumps::DumpError("step " + std::to_string(step) + ": " + B.source + " lacks " + fqn);
       jobs.push_back({step, "grads/" + fqn, &sa.grads.at(fqn), &sb.grads.at(fqn)});
       jobs.push_back({step, "params/" + fqn, &sa.params.at(fqn), &sb.params.at(fqn)});
     }
@@ -63,7 +63,7 @@ std::vector<CompareRow> compare_dumps(const Dump& A, const Dump& B, int threads)
   return rows;
 }
 
-int64_t compared_bytes(const Dump& a) {
+int64_t compared_bytes(const dumps::Dump& a) {
   int64_t n = 0;
   for (const auto& [step, s] : a.steps) {
     for (const auto& [k, v] : s.scalars) n += static_cast<int64_t>(v.bytes.size());

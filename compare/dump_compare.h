@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "compare/dump.h"
 #include "compare/tensor_compare.h"
+#include "dumps/dump.h"
 
 namespace parity::compare {
 
@@ -16,12 +16,12 @@ struct CompareRow {
 };
 
 // Every dumped step's scalars (loss, grad_norm, mb_losses), then grads/<fqn> and params/<fqn>
-// in FQN order. Throws DumpError when the dumps cannot be compared (other flavor, other FQN
+// in FQN order. Throws dumps::DumpError when the dumps cannot be compared (other flavor, other FQN
 // set, other steps, a rank's file missing). `threads` workers split the tensors; the rows
 // come back in the same order whatever the count.
-std::vector<CompareRow> compare_dumps(const Dump& a, const Dump& b, int threads = 1);
+std::vector<CompareRow> compare_dumps(const dumps::Dump& a, const dumps::Dump& b, int threads = 1);
 
 // Bytes of tensor data on one side of the rows (what a comparison reads per side).
-int64_t compared_bytes(const Dump& a);
+int64_t compared_bytes(const dumps::Dump& a);
 
 }  // namespace parity::compare

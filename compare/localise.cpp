@@ -8,10 +8,10 @@
 #include <map>
 #include <tuple>
 
-#include "compare/dump.h"
 #include "compare/dump_compare.h"
 #include "compare/exact_math.h"
-#include "compare/ledger_dump.h"
+#include "dumps/dump.h"
+#include "dumps/ledger_dump.h"
 #include "kernels/config.h"
 #include "kernels/params.h"
 #include "pipelined/routing.h"
@@ -64,7 +64,7 @@ std::vector<double> values(const h5::Array& a) {
         break;
       }
       case h5::DType::F64: std::memcpy(&out[i], p + 8 * i, 8); break;
-      default: throw DumpError("ledger: a tensor of non-float dtype");
+      default: throw dumps::DumpError("ledger: a tensor of non-float dtype");
     }
   }
   return out;
@@ -91,7 +91,7 @@ struct RunShape {
   int stage_of(int unit) const { return split.stage_of_unit(unit); }
 };
 
-RunShape run_shape(const Dump& d) {
+RunShape run_shape(const dumps::Dump& d) {
   RunShape r;
   r.model = kernels::flavor(d.meta.at("flavor"));
   for (const auto& s : kernels::param_specs(r.model)) r.unit_of[s.fqn] = s.unit;
@@ -131,7 +131,7 @@ struct SelfCheck {
   int n = 0;
 };
 
-SelfCheck self_check(const LedgerBlock& b) {
+SelfCheck self_check(const dumps::LedgerBlock& b) {
   SelfCheck sc;
   if (!b.has_grad) return sc;
   sc.present = true;
@@ -167,7 +167,7 @@ SelfCheck self_check(const LedgerBlock& b) {
 struct Side {
   std::string name;
   const RunShape* shape;
-  StepLedger ledger;
+  dumps::StepLedger ledger;
   std::map<std::pair<int, int>, SelfCheck> checks;
 };
 
@@ -287,16 +287,16 @@ struct Record {
 
 LocaliseReport localise(const std::string& a_path, const std::string& b_path, int threads) {
   LocaliseReport rep;
-  const Dump a = read_dump(a_path), b = read_dump(b_path);
+  const dumps::Dump a = dumps::read_dump(a_path), b = dumps::read_dump(b_path);
   const auto rows = compare_dumps(a, b, threads);
   const RunShape sa = run_shape(a), sb = run_shape(b);
   const int lpb = sa.model.layers_per_block;
 
   for (const auto& [step, _] : a.steps)
-    if (b.steps.count(step) && has_ledger(a_path, step) && has_ledger(b_path, step))
+    if (b.steps.count(step) && dumps::has_ledger(a_path, step) && dumps::has_ledger(b_path, step))
       rep.steps.push_back(step);
   if (rep.steps.empty())
-    throw DumpError("'" + a_path + "' and '" + b_path +
+    throw dumps::DumpError("'" + a_path + "' and '" + b_path +
                     "' share no dumped step with a ledger on both sides; rerun both with "
                     "`parity train ... --ledger --dump DIR --dump-steps N`");
 
@@ -308,8 +308,8 @@ LocaliseReport localise(const std::string& a_path, const std::string& b_path, in
 
   std::vector<Record> diverged;
   for (int64_t step : rep.steps) {
-    Side A{"A", &sa, read_ledger(a_path, step), {}};
-    Side B{"B", &sb, read_ledger(b_path, step), {}};
+    Side A{"A", &sa, dumps::read_ledger(a_path, step), {}};
+    Side B{"B", &sb, dumps::read_ledger(b_path, step), {}};
 
     // Self-checks: every block within its bound, every read of what was committed.
     for (Side* s : {&A, &B}) {

@@ -81,7 +81,7 @@ struct LocaliseReport {
   bool ok() const;             // no WRONG tensor, block or finding
 };
 
-// Throws DumpError when a dump is unreadable, the two are not comparable, or a side has no
+// Throws dumps::DumpError when a dump is unreadable, the two are not comparable, or a side has no
 // ledger on a common dumped step. threads: for the tensor comparison.
 LocaliseReport localise(const std::string& a_path, const std::string& b_path, int threads = 1);
 

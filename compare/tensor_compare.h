@@ -13,7 +13,7 @@
 #include <limits>
 #include <string>
 
-#include "compare/h5.h"
+#include "dumps/h5.h"
 
 namespace parity::compare {
 

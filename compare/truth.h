@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "compare/h5.h"
+#include "dumps/h5.h"
 
 namespace parity::compare {
 

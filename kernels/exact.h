@@ -3,7 +3,7 @@
 // Same units, blocks and stack as the real decoder, so it runs through the real trainers,
 // stage protocol and schedules; but every value it computes is a small dyadic rational, so
 // every sum is exact in bf16, fp32 and fp64 whatever the order. Its expected losses and
-// gradients are then known exactly (compare/closed_form.h computes them with cpp_int).
+// gradients are then known exactly (harness/closed_form.h computes them with cpp_int).
 //
 // The stream has two channels, a and b (D = 2). Per token, with stack entries s_n:
 //   embedding   x = E[token]

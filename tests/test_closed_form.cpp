@@ -6,10 +6,10 @@
 
 #include <sstream>
 
-#include "compare/closed_form.h"
+#include "harness/closed_form.h"
 #include "kernels/config.h"
 
-namespace parity::compare {
+namespace parity::harness {
 namespace {
 
 using kernels::Precision;
@@ -143,4 +143,4 @@ TEST(ClosedFormOptions, WideNeedsFp64) {
 }
 
 }  // namespace
-}  // namespace parity::compare
+}  // namespace parity::harness

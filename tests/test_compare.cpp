@@ -12,15 +12,16 @@
 #include <random>
 #include <sstream>
 
-#include "compare/dump.h"
+#include "dumps/dump.h"
 #include "compare/dump_compare.h"
-#include "compare/h5.h"
+#include "dumps/h5.h"
 #include "compare/tensor_compare.h"
 #include "compare/truth.h"
 
 namespace fs = std::filesystem;
 
 namespace parity::compare {
+using namespace dumps;  // the dumps these tests write and read
 namespace {
 
 h5::Array f32_array(const std::vector<float>& v) {

@@ -1,6 +1,6 @@
-// Tests for parity::h5 (compare/h5.h): round trips per dtype, groups, attributes, atomic
+// Tests for parity::h5 (dumps/h5.h): round trips per dtype, groups, attributes, atomic
 // writes, error messages, and that h5dump reads the bf16 layout.
-#include "compare/h5.h"
+#include "dumps/h5.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

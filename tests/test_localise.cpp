@@ -10,16 +10,17 @@
 #include <set>
 #include <string>
 
-#include "compare/dump.h"
+#include "dumps/dump.h"
 #include "compare/dump_compare.h"
-#include "compare/ledger_dump.h"
+#include "dumps/ledger_dump.h"
 #include "compare/localise.h"
 #include "pipelined/faults.h"
 #include "pipelined/trainer.h"
 #include "reference/trainer.h"
-#include "synthetic.h"
+#include "tests/synthetic.h"
 
 namespace parity::compare {
+using namespace dumps;  // the dumps these tests write and read
 namespace {
 
 namespace fs = std::filesystem;

@@ -1,9 +1,0 @@
-#pragma once
-
-#include <string>
-
-namespace parity::cli {
-// "parity <version> (git <sha>), libtorch <v>, transports: ..." for --version and run metadata.
-std::string version_text();
-std::string git_sha();
-}  // namespace parity::cli

@@ -1,0 +1,90 @@
+#include "dumps/checkpoint.h"
+
+#include <ATen/ATen.h>
+
+#include <cstring>
+
+#include "dumps/h5.h"
+
+namespace parity::dumps {
+
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+std::string remedy(const std::string& flavor) {
+  return "regenerate it with `parity init --flavor " + flavor + " --out FILE`";
+}
+
+}  // namespace
+
+void write_checkpoint(const std::string& path, const kernels::ModelConfig& cfg, uint64_t seed,
+                      const kernels::NamedTensors& params, const std::string& git_sha) {
+  auto file = h5::File::create(path);
+  h5::set_attr(file, "/", "schema", "parity-checkpoint");
+  h5::set_attr(file, "/", "schema_version", kCheckpointSchemaVersion);
+  h5::set_attr(file, "/", "flavor", cfg.name);
+  h5::set_attr(file, "/", "seed", static_cast<int64_t>(seed));
+  h5::set_attr(file, "/", "git_sha", git_sha);
+  h5::set_attr(file, "/", "param_count", static_cast<int64_t>(params.size()));
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto t = params[i].to(at::kCPU, at::kFloat).contiguous();
+    h5::write(file, "/params/" + params.names()[i], h5::DType::F32, t.sizes().vec(),
+              t.data_ptr());
+  }
+  file.commit();
+}
+
+Checkpoint read_checkpoint(const std::string& path, const kernels::ModelConfig& cfg) {
+  try {
+    auto file = h5::File::open_read(path);
+    const std::string fix = remedy(cfg.name);
+    if (!h5::has_attr(file, "/", "schema") ||
+        h5::attr_string(file, "/", "schema") != "parity-checkpoint")
+      throw CheckpointError("'" + path + "' is not a parity checkpoint; " + fix);
+    const auto version = h5::attr_int(file, "/", "schema_version");
+    if (version != kCheckpointSchemaVersion)
+      throw CheckpointError("'" + path + "' has checkpoint schema version " +
+                            std::to_string(version) + ", this build reads version " +
+                            std::to_string(kCheckpointSchemaVersion) + "; " + fix);
+    Checkpoint ck;
+    ck.flavor = h5::attr_string(file, "/", "flavor");
+    ck.seed = static_cast<uint64_t>(h5::attr_int(file, "/", "seed"));
+    if (ck.flavor != cfg.name)
+      throw CheckpointError("'" + path + "' holds flavor '" + ck.flavor + "' but the run uses '" +
+                            cfg.name + "'; pass --flavor " + ck.flavor + " or " + fix);
+    const auto specs = kernels::param_specs(cfg);
+    const auto stored = h5::list(file, "/params");
+    if (stored.size() != specs.size())
+      throw CheckpointError("'" + path + "' holds " + std::to_string(stored.size()) +
+                            " parameters, flavor " + cfg.name + " has " +
+                            std::to_string(specs.size()) + "; " + fix);
+    std::vector<std::string> names;
+    std::vector<at::Tensor> tensors;
+    for (const auto& s : specs) {
+      const std::string obj = "/params/" + s.fqn;
+      if (!h5::exists(file, obj))
+        throw CheckpointError("'" + path + "' lacks parameter " + s.fqn + "; " + fix);
+      auto a = h5::read(file, obj);
+      if (a.dtype != h5::DType::F32 || a.shape != s.shape)
+        throw CheckpointError("'" + path + "': parameter " + s.fqn + " is " +
+                              h5::dtype_name(a.dtype) + " " + shape_text(a.shape) +
+                              ", expected float32 " + shape_text(s.shape) + "; " + fix);
+      auto t = at::empty(s.shape, at::kFloat);
+      std::memcpy(t.data_ptr(), a.bytes.data(), a.bytes.size());
+      names.push_back(s.fqn);
+      tensors.push_back(t);
+    }
+    ck.params = kernels::NamedTensors(std::move(names), std::move(tensors));
+    return ck;
+  } catch (const h5::Error& e) {
+    throw CheckpointError(std::string("cannot read checkpoint: ") + e.what() + "; " +
+                          remedy(cfg.name));
+  }
+}
+
+}  // namespace parity::dumps

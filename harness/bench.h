@@ -1,0 +1,29 @@
+// `parity bench`: throughput figures, measured outside the test suite.
+//
+//   reference | pipelined   trainer steps: tokens/s, ms/step (median of the measured steps
+//                           after warm-up), peak RSS; pipelined adds transport bytes per
+//                           micro-batch
+//   kda                     one KDA mixer layer, forward + backward, chunked vs recurrent
+//   compare                 two dumps compared tensor by tensor: GB/s of tensor data per side
+#pragma once
+
+#include <string>
+
+#include "harness/run_options.h"
+
+namespace parity::harness {
+
+struct BenchOptions {
+  RunOptions run;
+  std::string what = "reference";
+  int warmup_steps = 2;
+  int measured_steps = 5;
+  std::string a, b;  // what = compare: the two dumps
+};
+
+// Each prints its table on stdout (progress on stderr) and returns the exit code.
+int bench_trainer(BenchOptions o);  // what = reference or pipelined
+int bench_kda(const BenchOptions& o);
+int bench_compare(const BenchOptions& o);
+
+}  // namespace parity::harness

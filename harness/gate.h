@@ -1,0 +1,37 @@
+// `parity gate [--matrix FILE]`: the step-1 checks, for CI and `git bisect run`.
+//
+//   contract 1  each gated cell of the matrix (the shipped quick one by default) run for one
+//               step: `bitwise` cells equal to their reference bit for bit (loss, grad norm,
+//               every gradient and updated parameter);
+//   contract 2  `order-only` cells: no WRONG verdict from the ledger;
+//   contract 3  the exact flavor against its closed form (3 steps, a forward-only pass
+//               between) for the reference and every pipelined shape the gated cells use,
+//               cache on and off, in bf16.
+//
+// Exit codes: 0 pass, 1 a check failed, 125 the gate cannot run (a bad matrix, a cell that
+// refuses its configuration, no seed checkpoint): what `git bisect run` reads as "skip";
+// 130 stopped by SIGINT or SIGTERM (bisect stops too).
+#pragma once
+
+#include <string>
+
+#include "harness/matrix_runner.h"
+
+namespace parity::harness {
+
+constexpr int kGateCannotRun = 125;
+constexpr int kGateInterrupted = 130;  // 128 + SIGINT
+
+struct GateOptions {
+  std::string matrix = "quick";  // a matrix file, or a shipped one
+  std::string out;               // "" = a temporary directory, removed when the gate passes
+  MatrixRunOptions run;          // jobs, device, tokens, quiet (the cells and steps are the gate's)
+  bool keep = false;             // keep the temporary directory even when the gate passes
+  bool closed_forms = true;
+};
+
+// Runs the gate and returns its exit code (0, 1, kGateCannotRun or kGateInterrupted); prints
+// the summary and the verdict on stdout, why it cannot run on stderr.
+int run_gate(GateOptions& o);
+
+}  // namespace parity::harness

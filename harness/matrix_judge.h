@@ -1,0 +1,17 @@
+// Judging a matrix run's cells: each against its reference at step 1 (every scalar and
+// tensor with compare, the EXACT / ORDER-ONLY / WRONG verdicts with localise when both record
+// a ledger), then each cell's gate (reports/matrix.h, Gate).
+#pragma once
+
+#include <filesystem>
+
+#include "reports/results.h"
+
+namespace parity::harness {
+
+// Fills every non-reference cell's step1, verdicts and gate from the dumps under
+// cells_dir/<name>/dump. A cell or reference that did not finish gets the reason instead;
+// its gate fails.
+void judge_cells(reports::MatrixResult& r, const std::filesystem::path& cells_dir);
+
+}  // namespace parity::harness

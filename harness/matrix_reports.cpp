@@ -1,0 +1,86 @@
+#include "harness/matrix_reports.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include "harness/errors.h"
+#include "reports/history.h"
+#include "reports/matrix.h"
+#include "reports/render.h"
+
+namespace parity::harness {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+void write_file(const fs::path& p, const std::string& text) {
+  std::ofstream out(p);
+  out << text;
+  if (!out.flush()) throw UsageError("cannot write '" + p.string() + "'");
+}
+
+}  // namespace
+
+void write_reports(const std::string& dir, const reports::MatrixResult& r,
+                   const reports::Trend* trend) {
+  write_file(fs::path(dir) / "report.txt", reports::render_text(r, trend));
+  write_file(fs::path(dir) / "report.md", reports::render_markdown(r, trend));
+  write_file(fs::path(dir) / "report.json", reports::render_json(r, trend).dump(1) + "\n");
+  write_file(fs::path(dir) / "report.csv", reports::render_csv(r));
+  write_file(fs::path(dir) / "report.html", reports::render_html(r, trend));
+}
+
+int matrix_run_command(MatrixJob& o) {
+  const auto m = reports::load_matrix(o.file);
+  for (const auto& spec : o.inject) {
+    const auto eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw UsageError("--inject '" + spec + "': expected CELL=KIND:block=B,stage=S");
+    o.run.inject.push_back({spec.substr(0, eq), spec.substr(eq + 1)});
+  }
+  if (o.run.jobs <= 0) o.run.jobs = static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+  o.run.on_start = [&](const reports::MatrixResult& r) {
+    if (!o.run.quiet)
+      std::cerr << "matrix " << m.name << " (" << m.source << "): " << r.cells.size()
+                << " cells, " << o.run.jobs << " cores, into " << o.run.out_dir << "\n";
+  };
+  const auto r = run_matrix(m, o.run);
+  std::unique_ptr<reports::Trend> trend;
+  if (!o.history.empty()) {
+    reports::append_history(o.history, r);
+    trend = std::make_unique<reports::Trend>(reports::trend(reports::read_history(o.history, o.last)));
+  }
+  write_reports(o.run.out_dir, r, trend.get());
+  std::cout << reports::render_text(r, trend.get());
+  std::cout << "HTML report: " << (fs::absolute(o.run.out_dir) / "report.html").string() << "\n";
+  return r.complete() && r.gates_ok() ? 0 : 1;
+}
+
+int report_command(const ReportJob& o) {
+  const auto r = reports::read_results(o.dir);
+  std::unique_ptr<reports::Trend> trend;
+  if (!o.history.empty()) {
+    if (!fs::exists(o.history))
+      throw UsageError("--history '" + o.history + "' does not exist; give the file a "
+                       "`parity matrix run --history` appended to");
+    trend = std::make_unique<reports::Trend>(reports::trend(reports::read_history(o.history, o.last)));
+  }
+  std::string text;
+  if (o.format == "txt") text = reports::render_text(r, trend.get());
+  else if (o.format == "md") text = reports::render_markdown(r, trend.get());
+  else if (o.format == "json") text = reports::render_json(r, trend.get()).dump(1) + "\n";
+  else if (o.format == "csv") text = reports::render_csv(r);
+  else if (o.format == "html") text = reports::render_html(r, trend.get());
+  if (o.out.empty())
+    std::cout << text;
+  else
+    write_file(o.out, text);
+  return r.complete() && r.gates_ok() ? 0 : 1;
+}
+
+}  // namespace parity::harness

@@ -1,0 +1,44 @@
+// `parity matrix run` and `parity report` (DESIGN.md section 7): a matrix run with its
+// history and every rendering beside results.json, and a run directory rendered again.
+//
+// Exit codes of both: 0 every cell ran and every gate passed, 1 otherwise.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "harness/matrix_runner.h"
+#include "reports/history.h"
+#include "reports/results.h"
+
+namespace parity::harness {
+
+struct MatrixJob {
+  std::string file;                 // a matrix file, or a shipped one (quick, seed)
+  MatrixRunOptions run;             // jobs <= 0: every core
+  std::vector<std::string> inject;  // CELL=KIND:block=B,stage=S
+  std::string history;              // a JSONL history to append to and show the trend of
+  int last = 10;                    // runs of history to show
+};
+
+struct ReportJob {
+  std::string dir;             // the --out directory of a matrix run
+  std::string format = "txt";  // txt, md, json, csv or html
+  std::string out;             // "" = standard output
+  std::string history;
+  int last = 10;
+};
+
+// report.txt, .md, .json, .csv and .html in `dir`, beside results.json, so that a run
+// directory is a report on its own. Throws UsageError when a file cannot be written.
+void write_reports(const std::string& dir, const reports::MatrixResult& r,
+                   const reports::Trend* trend);
+
+// Runs the matrix (harness/matrix_runner.h), appends to the history, writes the reports and
+// prints the text report. Throws UsageError for bad input, Interrupted when stopped.
+int matrix_run_command(MatrixJob& job);
+
+// Renders DIR/results.json in the chosen format.
+int report_command(const ReportJob& job);
+
+}  // namespace parity::harness

@@ -1,0 +1,413 @@
+#include "harness/matrix_runner.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "harness/errors.h"
+#include "harness/layout_json.h"
+#include "harness/matrix_judge.h"
+#include "harness/version.h"
+#include "kernels/config.h"
+
+namespace parity::harness {
+
+namespace fs = std::filesystem;
+using reports::Cell;
+using reports::CellResult;
+using reports::MatrixResult;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+volatile std::sig_atomic_t g_interrupted = 0;
+void on_interrupt(int) { g_interrupted = 1; }
+
+std::string self_binary() {
+  std::error_code ec;
+  auto p = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) throw std::runtime_error("cannot find the parity binary (/proc/self/exe)");
+  return p.string();
+}
+
+std::string now_iso() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Starts `args` with stdout and stderr into `log`, in its own process group (so that the
+// cell and any workers it forks can be stopped together).
+pid_t spawn(const std::vector<std::string>& args, const fs::path& log) {
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("cannot fork a cell process");
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      ::close(fd);
+    }
+    ::execv(argv[0], argv.data());
+    std::fprintf(stderr, "parity: cannot run %s\n", argv[0]);
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);
+  return pid;
+}
+
+// Runs a short helper command to completion (the seed checkpoints); an interrupt stops it.
+int run_to_end(const std::vector<std::string>& args, const fs::path& log) {
+  const pid_t pid = spawn(args, log);
+  int status = 0;
+  for (;;) {
+    const pid_t p = ::waitpid(pid, &status, WNOHANG);
+    if (p == pid) break;
+    if (p < 0 && errno != EINTR) return 127;
+    if (g_interrupted) ::kill(-pid, SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// The line that says why a cell failed: its last "parity:" line, else its last line.
+std::string last_error(const fs::path& log) {
+  std::istringstream in(slurp(log));
+  std::string line, last, last_parity;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    last = line;
+    if (line.rfind("parity:", 0) == 0) last_parity = line;
+  }
+  std::string s = last_parity.empty() ? last : last_parity;
+  if (s.size() > 300) s = s.substr(0, 297) + "...";
+  return s;
+}
+
+// The cell's "parity: warning:" lines (an injected fault that never fired, and the like).
+std::vector<std::string> warnings(const fs::path& log) {
+  std::istringstream in(slurp(log));
+  std::vector<std::string> out;
+  const std::string mark = "parity: warning: ";
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(mark, 0) == 0) out.push_back(line.substr(mark.size()));
+  return out;
+}
+
+int64_t count_lines(const fs::path& p) {
+  std::ifstream in(p);
+  return std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n');
+}
+
+// The cell's logged steps and run figures, whatever state it ended in.
+void collect(CellResult& c, const fs::path& dir) {
+  std::ifstream in(dir / "metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    try {
+      auto j = nlohmann::json::parse(line);
+      reports::StepPoint s;
+      // A NaN or infinite value is written as null (JSON has neither); the hex fields still
+      // say which ("nan", "inf").
+      auto number = [](const nlohmann::json& v) {
+        return v.is_null() ? std::numeric_limits<double>::quiet_NaN() : v.get<double>();
+      };
+      s.step = j.at("step");
+      s.loss = number(j.at("loss"));
+      s.grad_norm = number(j.at("grad_norm"));
+      s.loss_hex = j.at("loss_hex");
+      s.grad_norm_hex = j.at("grad_norm_hex");
+      c.steps.push_back(s);
+    } catch (const nlohmann::json::exception&) {
+      break;  // a line cut short by a crash: keep the steps before it
+    }
+  }
+  std::ifstream sin(dir / "summary.json");
+  if (!sin) return;
+  try {
+    auto j = nlohmann::json::parse(sin);
+    const auto seconds = j.at("seconds").get<std::vector<double>>();
+    for (size_t i = 0; i < c.steps.size() && i < seconds.size(); ++i) c.steps[i].seconds = seconds[i];
+    c.seconds_per_step = j.at("seconds_per_step");
+    c.tokens_per_step = j.at("tokens_per_step");
+    c.bytes_forward_per_mb = j.at("bytes_forward_per_mb");
+    c.bytes_backward_per_mb = j.at("bytes_backward_per_mb");
+  } catch (const nlohmann::json::exception&) {
+  }
+}
+
+struct Running {
+  size_t index;
+  pid_t pid;
+  Clock::time_point started;
+  int cores;  // what it counts against --jobs
+};
+
+std::string progress_line(const std::vector<Running>& running, const MatrixResult& r,
+                          const fs::path& cells_dir, size_t done, size_t total) {
+  std::string s = "[" + std::to_string(done) + "/" + std::to_string(total) + " done]";
+  for (const auto& run : running) {
+    const auto& c = r.cells[run.index].cell;
+    s += "  " + c.name + " " + std::to_string(count_lines(cells_dir / c.name / "metrics.jsonl")) +
+         "/" + std::to_string(c.steps);
+  }
+  return s;
+}
+
+}  // namespace
+
+MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
+  const auto t0 = Clock::now();
+  const fs::path out(o.out_dir);
+  if (o.out_dir.empty()) throw UsageError("matrix run needs --out DIR");
+  if (fs::exists(out) && !fs::is_directory(out))
+    throw UsageError("--out '" + o.out_dir + "' is a file; give a directory");
+  if (fs::exists(out) && !fs::is_empty(out) && !fs::exists(out / "results.json"))
+    throw UsageError("--out '" + o.out_dir + "' is not empty and holds no earlier matrix run; "
+                     "give a new or empty directory");
+  // The cells to run: all, or --only and their references.
+  std::set<std::string> wanted(o.only.begin(), o.only.end());
+  for (const auto& n : o.only) {
+    const Cell* c = m.find(n);
+    if (!c) throw UsageError("--only: no cell named '" + n + "' in " + m.source);
+    if (!c->reference.empty()) wanted.insert(c->reference);
+  }
+  for (const auto& [name, spec] : o.inject) {
+    const Cell* c = m.find(name);
+    if (!c) throw UsageError("--inject: no cell named '" + name + "' in " + m.source);
+    if (!c->pipelined()) throw UsageError("--inject: cell '" + name + "' is not pipelined");
+    if (!wanted.empty() && !wanted.count(name))
+      throw UsageError("--inject: cell '" + name + "' is not among the --only cells; add it there");
+  }
+
+  MatrixResult r;
+  r.matrix = m.name;
+  r.source = m.source;
+  r.git_sha = git_sha();
+  r.started = now_iso();
+  r.report_steps = m.report_steps;
+  for (const auto& c : m.cells) {
+    if (!wanted.empty() && !wanted.count(c.name)) continue;
+    CellResult cr;
+    cr.cell = c;
+    if (o.steps > 0) cr.cell.steps = o.steps;
+    if (!o.device.empty()) cr.cell.device = o.device;
+    for (const auto& [name, spec] : o.inject)
+      if (name == c.name) cr.cell.inject.push_back(spec);
+    if (cr.cell.pipelined()) {
+      try {
+        const auto mc = kernels::flavor(c.flavor);
+        cr.layout = layout_json(mc.n_layers, mc.layers_per_block, c.pp, c.vp, c.split);
+      } catch (const std::exception& e) {
+        throw UsageError(m.source + " (cell '" + c.name + "'): " + e.what());
+      }
+    }
+    cr.log = "cells/" + c.name + "/log.txt";
+    r.cells.push_back(std::move(cr));
+  }
+  // Report steps past every cell's last step would be columns of n/a: they go, and the last
+  // step takes their place.
+  int64_t last = 0;
+  for (const auto& c : r.cells) last = std::max(last, c.cell.steps);
+  const size_t before = r.report_steps.size();
+  r.report_steps.erase(std::remove_if(r.report_steps.begin(), r.report_steps.end(),
+                                      [&](int64_t s) { return s > last; }),
+                       r.report_steps.end());
+  if (r.report_steps.size() < before &&
+      (r.report_steps.empty() || r.report_steps.back() != last))
+    r.report_steps.push_back(last);
+  if (o.on_start) o.on_start(r);
+  // Everything checked: only now is anything written.
+  std::error_code ec;
+  fs::create_directories(out / "cells", ec);
+  fs::create_directories(out / "seeds", ec);
+  if (ec) throw UsageError("cannot create '" + o.out_dir + "': " + ec.message());
+  reports::write_results(o.out_dir, r);
+
+  const std::string self = self_binary();
+  auto say = [&](const std::string& line) {
+    if (!o.quiet) std::cerr << line << "\n" << std::flush;
+  };
+  // A stop (Ctrl-C, SIGTERM) from here on stops the children and keeps what finished. The
+  // children are reaped by pid, which an inherited SIGCHLD = SIG_IGN would make impossible.
+  auto* old_int = std::signal(SIGINT, on_interrupt);
+  auto* old_term = std::signal(SIGTERM, on_interrupt);
+  auto* old_chld = std::signal(SIGCHLD, SIG_DFL);
+
+  // One seed checkpoint per batch shape.
+  std::map<std::string, std::string> seeds;  // batch shape -> file, or "" when it failed
+  std::map<std::string, std::string> seed_errors;
+  for (const auto& c : r.cells) {
+    const std::string shape = c.cell.batch_shape();
+    if (seeds.count(shape)) continue;
+    const fs::path file = out / "seeds" / (shape + ".h5");
+    const int code = run_to_end({self, "init", "--flavor", c.cell.flavor, "--seed",
+                                 std::to_string(c.cell.seed), "--out", file.string()},
+                                out / "seeds" / (shape + ".log"));
+    seeds[shape] = code == 0 ? file.string() : "";
+    if (code != 0) seed_errors[shape] = last_error(out / "seeds" / (shape + ".log"));
+    say("matrix " + m.name + ": seed checkpoint " + shape +
+        (code == 0 ? "" : " FAILED: " + seed_errors[shape]));
+    if (g_interrupted) break;
+  }
+
+  // Cells in file order, as many at once as the cores allow.
+  const bool tty = ::isatty(2) && !o.quiet;
+  std::vector<Running> running;
+  size_t next = 0, done = 0;
+  int busy = 0;
+  auto last_note = Clock::now();
+  while ((!g_interrupted && next < r.cells.size()) || !running.empty()) {
+    if (g_interrupted) {
+      for (const auto& run : running) ::kill(-run.pid, SIGKILL);
+    }
+    // Start what fits.
+    while (!g_interrupted && next < r.cells.size()) {
+      auto& cr = r.cells[next];
+      const int need = std::min(cr.cell.cores(), std::max(1, o.jobs));
+      if (!running.empty() && busy + need > o.jobs) break;
+      const fs::path dir = out / "cells" / cr.cell.name;
+      fs::remove_all(dir, ec);
+      fs::create_directories(dir, ec);
+      const std::string seed = seeds[cr.cell.batch_shape()];
+      if (seed.empty()) {
+        cr.status = "failed";
+        cr.error = std::string(kNoSeed) + ": " + seed_errors[cr.cell.batch_shape()];
+        ++next;
+        ++done;
+        continue;
+      }
+      std::vector<std::string> args = {self, "train"};
+      for (auto& a : cr.cell.train_args()) args.push_back(a);
+      for (const std::string& a :
+           {std::string("--init"), seed, std::string("--metrics"), (dir / "metrics.jsonl").string(),
+            std::string("--summary"), (dir / "summary.json").string(), std::string("--dump"),
+            (dir / "dump").string(), std::string("--dump-steps"), std::string("1")})
+        args.push_back(a);
+      if (!o.tokens.empty()) args.insert(args.end(), {"--tokens", o.tokens});
+      // The ledger costs only the dumped step; it is read for pipelined cells and their
+      // references, and multi-process runs cannot record one yet.
+      if (!cr.cell.multi_process() && (cr.cell.pipelined() || cr.cell.reference.empty()))
+        args.push_back("--ledger");
+      running.push_back({next, spawn(args, dir / "log.txt"), Clock::now(), need});
+      busy += need;
+      if (!tty) say("[start " + std::to_string(next + 1) + "/" + std::to_string(r.cells.size()) +
+                    "] " + cr.cell.name);
+      ++next;
+    }
+    // Reap what ended.
+    bool reaped = false;
+    for (size_t i = 0; i < running.size();) {
+      int status = 0;
+      const pid_t p = ::waitpid(running[i].pid, &status, WNOHANG);
+      const double secs = std::chrono::duration<double>(Clock::now() - running[i].started).count();
+      // Only a cell still running can be over its time; one that has ended says how itself.
+      const bool timed_out = p == 0 && o.cell_timeout_s > 0 && secs > o.cell_timeout_s;
+      if (p == 0 && !timed_out) {
+        ++i;
+        continue;
+      }
+      const bool lost = p < 0;  // not reapable: its exit status is unknown
+      if (timed_out) {  // stop the cell and its workers
+        ::kill(-running[i].pid, SIGKILL);
+        ::waitpid(running[i].pid, &status, 0);
+      }
+      auto& cr = r.cells[running[i].index];
+      const fs::path dir = out / "cells" / cr.cell.name;
+      cr.wall_seconds = secs;
+      collect(cr, dir);
+      cr.warnings = warnings(dir / "log.txt");
+      const bool exited_0 = !lost && !timed_out && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      // A run that exits 0 has logged every step; anything less is not a clean result.
+      const bool all_steps = static_cast<int64_t>(cr.steps.size()) == cr.cell.steps;
+      const bool ok = exited_0 && all_steps;
+      cr.status = ok ? "ok" : "failed";
+      char took[32];
+      std::snprintf(took, sizeof took, "%.1f", secs);
+      const std::string why = last_error(dir / "log.txt");
+      if (timed_out)
+        cr.error = "stopped after " + std::string(took) + " s (--cell-timeout-s)";
+      else if (g_interrupted && !ok)
+        cr.error = "interrupted";
+      else if (lost)
+        cr.error = "its process could not be waited for (" + std::string(std::strerror(errno)) + ")";
+      else if (exited_0)
+        cr.error = "logged " + std::to_string(cr.steps.size()) + " of " +
+                   std::to_string(cr.cell.steps) + " steps (see " + cr.log + ")";
+      else if (!ok)
+        cr.error = (WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
+                                        : "exit " + std::to_string(WEXITSTATUS(status))) +
+                   (why.empty() ? "" : ": " + why);
+      busy -= running[i].cores;
+      ++done;
+      char line[160];
+      std::snprintf(line, sizeof line, "%s, %zu steps, %.3f s/step, %.1f s", ok ? "ok" : "FAILED",
+                    cr.steps.size(), cr.seconds_per_step, secs);
+      if (tty) std::cerr << "\r\033[K";
+      say("[done " + std::to_string(done) + "/" + std::to_string(r.cells.size()) + "] " +
+          cr.cell.name + ": " + line + (ok ? "" : " -- " + cr.error));
+      for (const auto& w : cr.warnings) say("  warning: " + w);
+      running.erase(running.begin() + static_cast<long>(i));
+      reaped = true;
+      reports::write_results(o.out_dir, r);
+    }
+    if (tty && !running.empty())
+      std::cerr << "\r\033[K" << progress_line(running, r, out / "cells", done, r.cells.size())
+                << std::flush;
+    if (!tty && !o.quiet && !running.empty() && Clock::now() - last_note > std::chrono::seconds(60)) {
+      say(progress_line(running, r, out / "cells", done, r.cells.size()));
+      last_note = Clock::now();
+    }
+    if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  if (tty) std::cerr << "\r\033[K" << std::flush;
+  std::signal(SIGINT, old_int);
+  std::signal(SIGTERM, old_term);
+  std::signal(SIGCHLD, old_chld);
+  for (auto& cr : r.cells)
+    if (cr.status == "not run" && g_interrupted) cr.error = "interrupted before it started";
+
+  judge_cells(r, out / "cells");
+  r.wall_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  reports::write_results(o.out_dir, r);
+  if (g_interrupted) {
+    g_interrupted = 0;
+    throw Interrupted("interrupted; the cells that finished are in " + o.out_dir +
+                             "/results.json");
+  }
+  return r;
+}
+
+}  // namespace parity::harness

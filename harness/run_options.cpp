@@ -1,0 +1,181 @@
+#include "harness/run_options.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <torch/cuda.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "datasets/corpus.h"
+#include "datasets/token_file.h"
+#include "dumps/checkpoint.h"
+#include "harness/errors.h"
+
+namespace parity::harness {
+
+kernels::ModelOptions model_options(const RunOptions& o) {
+  kernels::ModelOptions m;
+  if (o.attn_res == "plain")
+    m.attn_res = kernels::AttnResImpl::Plain;
+  else if (o.attn_res == "recompute")
+    m.attn_res = kernels::AttnResImpl::Recompute;
+  else
+    throw UsageError("unknown --attn-res '" + o.attn_res + "'; use recompute or plain");
+  if (o.kda == "chunked")
+    m.kda = kernels::KdaImpl::Chunked;
+  else if (o.kda == "recurrent")
+    m.kda = kernels::KdaImpl::Recurrent;
+  else
+    throw UsageError("unknown --kda '" + o.kda + "'; use chunked or recurrent");
+  return m;
+}
+
+namespace {
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// parity-tokenize lives beside this program (build/bin); PARITY_TOKENIZE overrides.
+std::string tokenize_tool() {
+  if (const char* env = std::getenv("PARITY_TOKENIZE")) return env;
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  auto tool = self.parent_path() / "parity-tokenize";
+  if (ec || !std::filesystem::exists(tool))
+    throw std::runtime_error("cannot find parity-tokenize beside " + self.string() +
+                             "; rebuild with scripts/setup or set PARITY_TOKENIZE");
+  return tool.string();
+}
+
+// Runs parity-tokenize and returns the token file it wrote. Its progress lines pass through
+// to stderr; a failure becomes one DataError line.
+std::string tokenize(const std::string& data_path) {
+  char err_template[] = "/tmp/parity-tokenize-XXXXXX";
+  const int fd = mkstemp(err_template);
+  if (fd < 0) throw std::runtime_error("cannot create a temporary file for parity-tokenize");
+  close(fd);
+  const std::string err_path = err_template;
+  std::string cmd = shell_quote(tokenize_tool());
+  if (!data_path.empty()) cmd += " --data " + shell_quote(data_path);
+  cmd += " 2>" + shell_quote(err_path);
+  std::string out;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) throw std::runtime_error("cannot run " + cmd);
+  std::array<char, 4096> buf{};
+  while (fgets(buf.data(), buf.size(), pipe)) out += buf.data();
+  const int status = pclose(pipe);
+  std::ifstream err_in(err_path);
+  std::stringstream err;
+  err << err_in.rdbuf();
+  std::remove(err_path.c_str());
+  std::string err_text = err.str();
+  while (!err_text.empty() && err_text.back() == '\n') err_text.pop_back();
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (code != 0) {
+    const auto last = err_text.rfind('\n');
+    const std::string line = last == std::string::npos ? err_text : err_text.substr(last + 1);
+    if (code == 2) throw datasets::DataError(line);
+    throw std::runtime_error("parity-tokenize failed (exit " + std::to_string(code) + "): " + line);
+  }
+  if (!err_text.empty()) std::cerr << err_text << "\n";
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<datasets::TokenRows> load_rows(const RunOptions& o) {
+  if (!o.tokens_path.empty() && !o.data_path.empty())
+    throw UsageError("--tokens and --data both name the text; give one");
+  if (!o.tokens_path.empty() && !std::filesystem::is_regular_file(o.tokens_path))
+    throw UsageError("--tokens '" + o.tokens_path + "' is not a file; make one with "
+                     "parity-tokenize (it prints the path of the file it writes)");
+  if (!o.data_path.empty()) datasets::load_jsonl(o.data_path);  // validate here, in one line
+  auto file = datasets::read_token_file(o.tokens_path.empty() ? tokenize(o.data_path)
+                                                               : o.tokens_path);
+  const auto cfg = kernels::flavor(o.flavor);
+  if (file.vocab_size > cfg.vocab)
+    throw UsageError("the tokenizer has " + std::to_string(file.vocab_size) +
+                     " pieces but flavor " + cfg.name + " embeds only " +
+                     std::to_string(cfg.vocab) + " tokens; use a flavor with a larger vocabulary");
+  const datasets::BatchShape shape{o.dp, o.microbatches, o.rows};
+  return std::make_unique<datasets::TokenRows>(std::move(file.ids), o.seq_len, shape);
+}
+
+kernels::NamedTensors initial_params(const RunOptions& o, const kernels::ModelConfig& cfg) {
+  if (o.init_path.empty()) return kernels::init_params(cfg, o.seed);
+  if (!std::filesystem::exists(o.init_path))
+    throw UsageError("checkpoint '" + o.init_path + "' does not exist; write one with `parity "
+                     "init --flavor " + cfg.name + " --out " + o.init_path + "`");
+  return dumps::read_checkpoint(o.init_path, cfg).params;
+}
+
+kernels::TrainConfig train_config(const RunOptions& o) {
+  kernels::TrainConfig c;
+  c.model = kernels::flavor(o.flavor);
+  if (c.model.shape_only)
+    throw UsageError("flavor '" + o.flavor + "' is shape-only (no weights); train debugmodel or "
+                     "tiny");
+  c.model_options = model_options(o);
+  c.precision = kernels::parse_precision(o.dtype);
+  c.grad_accum = kernels::parse_grad_accum(o.grad_accum);
+  c.steps = o.steps;
+  c.dp = o.dp;
+  c.microbatches = o.microbatches;
+  c.rows = o.rows;
+  c.seed = o.seed;
+  c.threads = o.threads;
+  if (o.device != "cpu" && o.device != "cuda")
+    throw UsageError("unknown --device '" + o.device + "'; use cpu or cuda");
+  if (o.device == "cuda" && !torch::cuda::is_available())
+    throw UsageError("--device cuda: this build or machine has no CUDA device; use --device cpu");
+  c.device = o.device;
+  c.clip_order = kernels::parse_clip_order(o.clip_order);
+  c.max_norm = o.max_norm;
+  if (c.clip_order == kernels::ClipOrder::PerRank)  // the map of the --pp/--vp/--split layout
+    c.param_rank = pipelined::param_ranks(c.model, pipelined::make_split(c.model, pipeline_config(o)),
+                                          o.pp);
+  c.reverse_microbatches = o.reverse_microbatches;
+  c.freeze_embedding = o.freeze_embedding;
+  c.ledger = o.ledger;
+  c.ledger_steps = o.ledger_steps;
+  c.adamw.lr = o.lr;
+  c.adamw.warmup_steps = o.warmup;
+  return c;
+}
+
+pipelined::PipelineConfig pipeline_config(const RunOptions& o) {
+  pipelined::PipelineConfig pc;
+  pc.pp = o.pp;
+  pc.vp = o.vp;
+  pc.schedule = pipelined::parse_schedule_kind(
+      o.schedule.empty() ? (o.vp == 1 ? "1f1b" : "interleaved1f1b") : o.schedule);
+  if (o.cache != "on" && o.cache != "off")
+    throw UsageError("unknown --cache '" + o.cache + "'; use on or off");
+  pc.cache = o.cache == "on";
+  pc.split = o.split;
+  for (const auto& spec : o.inject) {
+    try {
+      pc.faults.push_back(pipelined::parse_fault(spec));
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(e.what());
+    }
+  }
+  if (!pc.faults.empty()) {
+    if (!pc.cache) throw UsageError("--inject needs --cache on: the faults live in the rank store");
+    pc.check_deposit_counts = false;
+  }
+  return pc;
+}
+
+}  // namespace parity::harness

@@ -16,28 +16,14 @@
 #include <string>
 #include <vector>
 
+#include "tests/temp_dir.h"
+
 namespace fs = std::filesystem;
 namespace h5 = parity::h5;
 
 namespace {
 
-class H5Test : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("parity_test_h5_" + std::to_string(::getpid()) + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string file(const std::string& name) const { return (dir_ / name).string(); }
-
-  fs::path dir_;
-};
+using H5Test = parity::testing::TempDirTest;
 
 template <class T>
 T from_bits(uint64_t bits) {

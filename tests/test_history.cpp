@@ -20,31 +20,14 @@
 #include "reports/history.h"
 #include "reports/matrix.h"
 #include "reports/results.h"
+#include "tests/temp_dir.h"
 
 namespace rp = parity::reports;
 namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh directory per test and process, removed afterwards.
-class HistoryTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("parity_test_history_" + std::string(info->name()) + "_" +
-            std::to_string(static_cast<long long>(::getpid())));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string file(const std::string& name) const { return (dir_ / name).string(); }
-
-  fs::path dir_;
-};
+using HistoryTest = parity::testing::TempDirTest;
 
 // A cell with its verdict-determining fields: `reference` empty makes it a reference;
 // `losses` are (step, loss) pairs in logged order.

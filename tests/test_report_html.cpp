@@ -14,6 +14,7 @@
 #include "reports/html_sections.h"
 #include "reports/render.h"
 #include "reports/svg.h"
+#include "tests/report_fixtures.h"
 
 namespace rp = parity::reports;
 namespace svg = parity::reports::svg;
@@ -47,17 +48,7 @@ size_t count(const std::string& haystack, const std::string& needle) {
 }
 
 rp::StepPoint point(int64_t step, double loss, double grad_norm) {
-  rp::StepPoint p;
-  p.step = step;
-  p.loss = loss;
-  p.grad_norm = grad_norm;
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%a", loss);
-  p.loss_hex = buf;
-  std::snprintf(buf, sizeof buf, "%a", grad_norm);
-  p.grad_norm_hex = buf;
-  p.seconds = 0.5;
-  return p;
+  return parity::testing::point(step, loss, grad_norm, /*seconds=*/0.5);
 }
 
 rp::CellResult cell(const std::string& name, const std::string& label,

@@ -2,6 +2,8 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/validators.h"
+#include "harness/limits.h"
 #include "harness/bench.h"
 
 namespace parity::cli {
@@ -12,11 +14,11 @@ Command add_bench_command(CLI::App& app) {
   cmd->add_option("--what", o->what, "reference, pipelined or kda")->capture_default_str();
   add_run_options(*cmd, o->run);
   cmd->add_option("--warmup-steps", o->warmup_steps, "unmeasured steps first")
-      ->capture_default_str();
+      ->capture_default_str()->check(integer_in(0, harness::kMaxBenchSteps));
   cmd->add_option("--measured-steps", o->measured_steps, "steps whose median is reported")
-      ->capture_default_str()->check(CLI::Range(1, 1000));
-  cmd->add_option("--a", o->a, "--what compare: the first dump");
-  cmd->add_option("--b", o->b, "--what compare: the second dump");
+      ->capture_default_str()->check(integer_in(1, harness::kMaxBenchSteps));
+  cmd->add_option("--a", o->a, "--what compare: the first dump")->check(non_empty_path());
+  cmd->add_option("--b", o->b, "--what compare: the second dump")->check(non_empty_path());
   return {cmd, [o] {
             if (o->what == "reference" || o->what == "pipelined") return harness::bench_trainer(*o);
             if (o->what == "kda") return harness::bench_kda(*o);

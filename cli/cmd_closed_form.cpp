@@ -3,6 +3,8 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/validators.h"
+#include "harness/limits.h"
 #include "harness/closed_form.h"
 
 namespace parity::cli {
@@ -17,17 +19,21 @@ Command add_closed_form_command(CLI::App& app) {
   auto& o = *opts;
   cmd->add_option("--trainer", o.trainer, "reference | pipelined (default: pipelined when a "
                                           "pipeline shape is given)");
-  cmd->add_option("--pp", o.run.pp, "pipeline ranks")->check(CLI::PositiveNumber);
-  cmd->add_option("--vp", o.run.vp, "stages per rank")->check(CLI::PositiveNumber);
+  cmd->add_option("--pp", o.run.pp, "pipeline ranks")->check(integer_in(1, harness::kMaxRanks));
+  cmd->add_option("--vp", o.run.vp, "stages per rank")
+      ->check(integer_in(1, harness::kMaxVirtualStages));
   cmd->add_option("--schedule", o.run.schedule, "1f1b | interleaved1f1b");
-  cmd->add_option("--split", o.run.split, "explicit split, e.g. \"0-1|2-4|5|6-9|10|11-13|14|15,head\"");
+  cmd->add_option("--split", o.run.split, "explicit split, e.g. \"0-1|2-4|5|6-9|10|11-13|14|15,head\"")
+      ->check(non_empty_path());
   cmd->add_option("--cache", o.run.cache, "block-stack transport: on (cached) | off (naive)");
   cmd->add_option("--dtype", o.run.dtype, "bf16 | fp32 | fp64")->capture_default_str();
-  cmd->add_option("--steps", o.run.steps, "SGD steps")->capture_default_str();
+  cmd->add_option("--steps", o.run.steps, "SGD steps")->capture_default_str()
+      ->check(integer_in(1, harness::kMaxClosedFormSteps));
   cmd->add_flag("--wide", o.wide, "values beyond 2^24 (needs --dtype fp64)");
   cmd->add_option("--inject", o.run.inject, "inject a routing fault, KIND:block=B,stage=S[,mb=M]");
   cmd->add_option("--device", o.run.device, "cpu | cuda")->capture_default_str();
-  cmd->add_option("--threads", o.run.threads, "intra-op threads")->capture_default_str();
+  cmd->add_option("--threads", o.run.threads, "intra-op threads")->capture_default_str()
+      ->check(threads());
   return {cmd, [opts] { return harness::closed_form_command(*opts); }};
 }
 

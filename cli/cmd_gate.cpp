@@ -3,6 +3,8 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/validators.h"
+#include "harness/limits.h"
 #include "harness/gate.h"
 
 namespace parity::cli {
@@ -13,14 +15,17 @@ Command add_gate_command(CLI::App& app) {
               "125 cannot run)");
   auto o = std::make_shared<harness::GateOptions>();
   cmd->add_option("--matrix", o->matrix, "matrix file, or a shipped one (quick, seed)")
-      ->capture_default_str();
+      ->capture_default_str()->check(non_empty_path());
   cmd->add_option("--out", o->out, "keep the runs in this directory (default: a temporary "
-                                   "one, removed when the gate passes)");
-  cmd->add_option("--jobs", o->run.jobs, "cores to keep busy (default: all)");
+                                   "one, removed when the gate passes)")
+      ->check(non_empty_path());
+  cmd->add_option("--jobs", o->run.jobs, "cores to keep busy (default: all)")
+      ->check(threads());
   cmd->add_option("--device", o->run.device, "run the cells and the closed forms on this "
                                             "device (cpu, cuda)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
-  cmd->add_option("--tokens", o->run.tokens, "every cell reads this token file (train --tokens)");
+  cmd->add_option("--tokens", o->run.tokens, "every cell reads this token file (train --tokens)")
+      ->check(non_empty_path());
   cmd->add_flag("--keep", o->keep, "keep the temporary directory even when the gate passes");
   cmd->add_flag("!--no-closed-forms", o->closed_forms, "skip the closed-form checks");
   cmd->add_flag("--quiet", o->run.quiet, "no progress lines");

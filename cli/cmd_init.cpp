@@ -2,6 +2,8 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/validators.h"
+#include "harness/limits.h"
 #include "dumps/checkpoint.h"
 #include "harness/version.h"
 #include "kernels/config.h"
@@ -31,8 +33,10 @@ Command add_init_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("init", "write a seed checkpoint (fp32 master parameters)");
   auto o = std::make_shared<InitOptions>();
   cmd->add_option("--flavor", o->flavor, "debugmodel or tiny")->capture_default_str();
-  cmd->add_option("--seed", o->seed, "initialisation seed")->capture_default_str();
-  cmd->add_option("--out", o->out, "checkpoint file to write (.h5)")->required();
+  cmd->add_option("--seed", o->seed, "initialisation seed")->capture_default_str()
+      ->check(unsigned_integer());
+  cmd->add_option("--out", o->out, "checkpoint file to write (.h5)")->required()
+      ->check(non_empty_path());
   return {cmd, [o] { return run_init(*o); }};
 }
 

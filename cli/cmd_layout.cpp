@@ -3,6 +3,8 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/validators.h"
+#include "harness/limits.h"
 #include "harness/layout_json.h"
 #include "pipelined/routing.h"
 #include "pipelined/schedule.h"
@@ -57,14 +59,15 @@ Command add_layout_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("layout", "print the routing tables and volume of a pipeline");
   auto o = std::make_shared<LayoutOptions>();
   cmd->add_option("--layers", o->layers, "transformer layers")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(integer_in(1, harness::kMaxLayers));
   cmd->add_option("--block", o->block, "layers per block")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(integer_in(1, harness::kMaxLayers));
   cmd->add_option("--pp", o->pp, "pipeline ranks")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(integer_in(1, harness::kMaxRanks));
   cmd->add_option("--vp", o->vp, "stages per rank")->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--split", o->split, "explicit split, e.g. 'emb,0|1-2|...|head'");
+      ->check(integer_in(1, harness::kMaxVirtualStages));
+  cmd->add_option("--split", o->split, "explicit split, e.g. 'emb,0|1-2|...|head'")
+      ->check(non_empty_path());
   cmd->add_flag("--json", o->json, "machine-readable output");
   return {cmd, [o] { return run_layout(*o); }};
 }
@@ -73,11 +76,11 @@ Command add_schedule_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("schedule", "print a pipeline schedule's step x rank grid");
   auto o = std::make_shared<ScheduleOptions>();
   cmd->add_option("--pp", o->pp, "pipeline ranks")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(integer_in(1, harness::kMaxRanks));
   cmd->add_option("--vp", o->vp, "stages per rank")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(integer_in(1, harness::kMaxVirtualStages));
   cmd->add_option("--microbatches", o->microbatches, "micro-batches per step")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(integer_in(1, harness::kMaxMicrobatches));
   cmd->add_option("--schedule", o->kind, "1f1b or interleaved1f1b");
   cmd->add_flag("--json", o->json, "machine-readable output");
   return {cmd, [o] { return run_schedule(*o); }};

@@ -5,6 +5,8 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/validators.h"
+#include "harness/limits.h"
 #include "compare/localise.h"
 #include "compare/localise_report.h"
 
@@ -27,11 +29,14 @@ Command add_localise_command(CLI::App& app) {
       "localise",
       "Verdicts for two --ledger dumps: EXACT, ORDER-ONLY or WRONG per tensor, with the "
       "predicted set, each run's routing self-check and the first divergence");
-  cmd->add_option("a", o->a, "dump directory or file (made with --ledger)")->required();
-  cmd->add_option("b", o->b, "dump directory or file (made with --ledger)")->required();
+  cmd->add_option("a", o->a, "dump directory or file (made with --ledger)")->required()
+      ->check(non_empty_path());
+  cmd->add_option("b", o->b, "dump directory or file (made with --ledger)")->required()
+      ->check(non_empty_path());
   cmd->add_flag("--json", o->json, "machine-readable output");
   cmd->add_flag("--all", o->all_rows, "list the EXACT tensors too");
-  cmd->add_option("--threads", o->threads, "comparison threads")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "comparison threads")->capture_default_str()
+      ->check(threads());
   return {cmd, [o] {
             const auto r = compare::localise(o->a, o->b, o->threads);
             if (o->json)

@@ -2,6 +2,8 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/validators.h"
+#include "harness/limits.h"
 #include "harness/train.h"
 
 namespace parity::cli {
@@ -11,14 +13,19 @@ Command add_train_command(CLI::App& app) {
   auto o = std::make_shared<harness::TrainJob>();
   cmd->add_option("--trainer", o->trainer, "reference or pipelined")->capture_default_str();
   add_run_options(*cmd, o->run);
-  cmd->add_option("--metrics", o->metrics, "write per-step metrics as JSONL to this file");
+  cmd->add_option("--metrics", o->metrics, "write per-step metrics as JSONL to this file")
+      ->check(non_empty_path());
   cmd->add_option("--summary", o->summary, "write the run's step times and transport bytes "
-                                          "as JSON to this file");
+                                          "as JSON to this file")
+      ->check(non_empty_path());
   cmd->add_flag("--quiet", o->quiet, "no per-step console lines");
-  cmd->add_option("--dump", o->dump_dir, "write an HDF5 dump (rank<R>.h5) to this directory");
+  cmd->add_option("--dump", o->dump_dir, "write an HDF5 dump (rank<R>.h5) to this directory")
+      ->check(non_empty_path());
+  cmd->add_flag("--overwrite", o->overwrite,
+                "replace the rank*.h5 files of an earlier run in the --dump directory");
   cmd->add_option("--dump-steps", o->dump_steps, "steps whose gradients and parameters are "
                                                   "dumped, e.g. 1,2,10")
-      ->delimiter(',')->capture_default_str();
+      ->delimiter(',')->capture_default_str()->check(integer_in(1, harness::kMaxSteps));
   return {cmd, [o] {
             harness::run_train(*o);
             return 0;

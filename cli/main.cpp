@@ -4,6 +4,7 @@
 // Exit codes: 0 success, 1 a check failed or the run failed, 2 bad input (one line on stderr).
 #include <CLI/CLI.hpp>
 
+#include <csignal>
 #include <iostream>
 #include <map>
 #include <string>
@@ -13,6 +14,8 @@
 #include "dumps/checkpoint.h"
 #include "dumps/dump.h"
 #include "dumps/h5.h"
+#include "harness/matrix_runner.h"
+#include "harness/signals.h"
 #include "harness/version.h"
 #include "kernels/config.h"
 #include "pipelined/rank_store.h"
@@ -34,14 +37,22 @@ bool is_bad_input(const std::exception& e) {
          dynamic_cast<const reports::MatrixError*>(&e);
 }
 
+// The first line of an error: a library's message can carry a traceback after it (c10's do).
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace parity;
+  // A peer that closed its socket is an error the transport reports, not a silent death.
+  std::signal(SIGPIPE, SIG_IGN);
+  // A stop removes the temporary files and the workers (harness/signals.h).
+  harness::install_stop_handlers();
   CLI::App app{"parity: is this difference only reduction order, or is it a bug?"};
   app.require_subcommand(1);
   app.set_version_flag("--version", harness::version_text());
   std::map<CLI::App*, std::function<int()>> actions;
+  std::string names;  // in the order --help lists them
   for (auto add : {cli::add_model_command, cli::add_init_command, cli::add_train_command,
                    cli::add_bench_command, cli::add_layout_command, cli::add_schedule_command,
                    cli::add_compare_command, cli::add_closed_form_command,
@@ -49,6 +60,14 @@ int main(int argc, char** argv) {
                    cli::add_gate_command}) {
     auto cmd = add(app);
     actions[cmd.app] = cmd.run;
+    names += (names.empty() ? "" : ", ") + cmd.app->get_name();
+  }
+  if (argc > 1 && argv[1][0] != '-' && app.get_subcommands([&](CLI::App* sub) {
+        return sub->get_name() == argv[1];
+      }).empty()) {
+    std::cerr << "parity: unknown command '" << argv[1] << "'; the commands are " << names
+              << " (see parity --help)\n";
+    return 2;
   }
   try {
     app.parse(argc, argv);
@@ -57,14 +76,17 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "parity: " << e.what() << " (see parity --help)\n";
+    std::cerr << "parity: " << first_line(e.what()) << " (see parity --help)\n";
     return 2;
   }
   try {
     for (auto* sub : app.get_subcommands()) return actions.at(sub)();
+  } catch (const harness::Interrupted& e) {
+    std::cerr << "parity: " << first_line(e.what()) << "\n";
+    return 128 + e.signal();
   } catch (const std::exception& e) {
     const bool bad_input = is_bad_input(e);
-    std::cerr << "parity: " << (bad_input ? "" : "error: ") << e.what() << "\n";
+    std::cerr << "parity: " << (bad_input ? "" : "error: ") << first_line(e.what()) << "\n";
     return bad_input ? 2 : 1;
   }
   return 0;

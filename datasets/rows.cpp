@@ -36,13 +36,13 @@ void TokenRows::check(int64_t rows_needed, const char* shape_text) {
   const int64_t width = seq_len_ + 1;
   num_rows_ = tokens / width;
   if (num_rows_ < rows_needed) {
-    std::string need = std::to_string(rows_needed);
+    std::string need = std::to_string(rows_needed) + " rows";
     if (shape_text) need += std::string(" (") + shape_text + ")";
-    throw DataError("--seq-len " + std::to_string(seq_len_) +
-                    " is longer than the data allows: the corpus has " + std::to_string(tokens) +
-                    " tokens, which make " + std::to_string(num_rows_) + " rows of " +
-                    std::to_string(width) + " tokens, and one step needs " + need +
-                    "; lower --seq-len, --microbatches or --batch, or pass a larger --data file");
+    throw DataError("one step needs " + need + " of " + std::to_string(width) +
+                    " tokens (--seq-len " + std::to_string(seq_len_) + " + 1), but the corpus's " +
+                    std::to_string(tokens) + " tokens make only " + std::to_string(num_rows_) +
+                    "; lower --batch, --microbatches, --dp or --seq-len, or pass a larger "
+                    "--data file");
   }
 }
 

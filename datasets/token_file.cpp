@@ -37,7 +37,10 @@ bool try_read_token_file(const std::string& path, TokenFile& out) {
   if (std::memcmp(h.magic, kTokenMagic, sizeof(kTokenMagic)) != 0) return false;
   std::error_code ec;
   const uintmax_t file_size = fs::file_size(path, ec);
-  if (ec || file_size != sizeof(h) + h.num_tokens * sizeof(int32_t)) return false;
+  // The count first, so that a damaged header cannot ask for more than the file holds.
+  if (ec || file_size < sizeof(h) || h.num_tokens > (file_size - sizeof(h)) / sizeof(int32_t) ||
+      file_size != sizeof(h) + h.num_tokens * sizeof(int32_t) || h.vocab_size <= 0)
+    return false;
   std::vector<int32_t> ids(h.num_tokens);
   if (!in.read(reinterpret_cast<char*>(ids.data()),
                static_cast<std::streamsize>(ids.size() * sizeof(int32_t))))

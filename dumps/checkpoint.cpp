@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "dumps/h5.h"
@@ -76,6 +77,12 @@ Checkpoint read_checkpoint(const std::string& path, const kernels::ModelConfig& 
                               ", expected float32 " + shape_text(s.shape) + "; " + fix);
       auto t = at::empty(s.shape, at::kFloat);
       std::memcpy(t.data_ptr(), a.bytes.data(), a.bytes.size());
+      const float* v = t.data_ptr<float>();
+      for (int64_t i = 0; i < t.numel(); ++i)
+        if (!std::isfinite(v[i]))
+          throw CheckpointError("'" + path + "': parameter " + s.fqn + " holds " +
+                                std::to_string(v[i]) + " at index " + std::to_string(i) +
+                                "; a seed checkpoint must be finite: " + fix);
       names.push_back(s.fqn);
       tensors.push_back(t);
     }

@@ -5,7 +5,9 @@
 //   /meta                      attributes: schema = "parity-dump", schema_version, git_sha,
 //                              config (JSON: the run's RunInfo and trainer facts), trainer,
 //                              flavor, dtype, device, torch_version, threads, seed, split,
-//                              schedule_grid, rank, complete (0 if the run failed part-way)
+//                              schedule_grid, rank, complete (0 if the run failed part-way),
+//                              run_id and files (every rank file of one run carries the same
+//                              run_id, and files says how many the run wrote)
 //   /metrics/loss              float64 [steps]  every step's loss
 //   /metrics/grad_norm         float64 [steps]  every step's total norm (before clipping)
 //   /step_000001/loss          scalar, the loss's dtype
@@ -44,9 +46,11 @@ class DumpWriter : public kernels::StepObserver {
  public:
   // Writes dir/rank<rank>.h5 (dir is created). steps: the steps whose tensors are dumped.
   // only: the FQNs whose tensors this file holds (empty: all). A multi-process run's ranks
-  // each write the parameters they own; the reader merges the files by FQN.
+  // each write the parameters they own; the reader merges the files by FQN. run_id names the
+  // run ("" makes one from the host, the process and the time) and files is how many rank
+  // files it writes: the reader refuses a directory that mixes runs or lacks a file.
   DumpWriter(std::string dir, std::set<int64_t> steps, std::string git_sha, int rank = 0,
-             std::set<std::string> only = {});
+             std::set<std::string> only = {}, std::string run_id = "", int files = 1);
   ~DumpWriter() override;  // a run that failed part-way: commits what it has, complete = 0
 
   void on_start(const kernels::RunInfo& info) override;
@@ -59,7 +63,9 @@ class DumpWriter : public kernels::StepObserver {
  private:
   void finish(bool complete);
 
-  std::string dir_, path_, git_sha_;
+  std::string dir_, path_, git_sha_, run_id_;
+  std::string created_dir_;  // the directory this writer created, if it did
+  int files_ = 1;
   std::set<int64_t> steps_;
   int rank_;
   std::unique_ptr<h5::File> file_;
@@ -87,6 +93,9 @@ struct Dump {
 
 // The advice a dump error ends with: how to write the dump again.
 std::string dump_remedy();
+
+// A name for one run, the same in all its rank files: "<host>-<pid>-<nanoseconds since epoch>".
+std::string new_run_id();
 
 // The files of a dump: the file itself, or every rank*.h5 in a directory, sorted. Throws
 // DumpError when there are none.

@@ -16,6 +16,10 @@ std::string dump_remedy() {
 
 namespace {
 
+std::string mixed_remedy() {
+  return "the directory mixes runs: rerun into an empty directory (or with --overwrite)";
+}
+
 void read_file_into(const std::string& path, Dump& d, bool first) {
   try {
     auto f = h5::File::open_read(path);
@@ -34,7 +38,20 @@ void read_file_into(const std::string& path, Dump& d, bool first) {
         d.meta[key] = v;
       else if (std::string(key) == "flavor" && d.meta[key] != v)
         throw DumpError("'" + path + "' is a dump of flavor " + v + " but its sibling ranks are " +
-                        d.meta[key]);
+                        d.meta[key] + "; " + mixed_remedy());
+    }
+    // Which run wrote the file, and how many files it wrote (dumps before these attributes
+    // carry neither and are taken as they are).
+    if (h5::has_attr(f, "/meta", "run_id")) {
+      const auto run = h5::attr_string(f, "/meta", "run_id");
+      const auto files = std::to_string(h5::attr_int(f, "/meta", "files"));
+      if (first) {
+        d.meta["run_id"] = run;
+        d.meta["files"] = files;
+      } else if (d.meta["run_id"] != run) {
+        throw DumpError("'" + path + "' was written by another run than its sibling rank files "
+                        "(run " + run + ", not " + d.meta["run_id"] + "); " + mixed_remedy());
+      }
     }
     auto read_f64 = [&](const std::string& obj) {
       auto a = h5::read(f, obj);
@@ -117,6 +134,12 @@ Dump read_dump(const std::string& path) {
   for (size_t i = 0; i < files.size(); ++i) {
     check_parses_safely(files[i]);
     read_file_into(files[i], d, i == 0);
+    // The first file says how many its run wrote; a directory with another count mixes runs
+    // or lacks a rank.
+    if (i == 0 && fs::is_directory(path) && d.meta.count("files") &&
+        d.meta["files"] != std::to_string(files.size()))
+      throw DumpError("dump '" + path + "' holds " + std::to_string(files.size()) +
+                      " rank files, but its run wrote " + d.meta["files"] + "; " + mixed_remedy());
   }
   return d;
 }

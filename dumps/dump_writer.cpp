@@ -6,11 +6,15 @@
 #include <nlohmann/json.hpp>
 #include <torch/version.h>
 
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
 
+#include "dumps/temp_files.h"
 #include "kernels/ledger.h"
 
 namespace parity::dumps {
@@ -90,15 +94,30 @@ void write_ledger(h5::File& f, const std::string& g, const kernels::Ledger& l) {
 
 }  // namespace
 
+std::string new_run_id() {
+  char host[256] = "host";
+  ::gethostname(host, sizeof host - 1);
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count();
+  return std::string(host) + "-" + std::to_string(static_cast<long>(::getpid())) + "-" +
+         std::to_string(static_cast<long long>(ns));
+}
+
 DumpWriter::DumpWriter(std::string dir, std::set<int64_t> steps, std::string git_sha, int rank,
-                       std::set<std::string> only)
+                       std::set<std::string> only, std::string run_id, int files)
     : dir_(std::move(dir)),
       git_sha_(std::move(git_sha)),
+      run_id_(run_id.empty() ? new_run_id() : std::move(run_id)),
+      files_(files),
       steps_(std::move(steps)),
       rank_(rank),
       only_(std::move(only)) {
   std::error_code ec;
+  // A directory made here goes again if the run is stopped before it wrote a file into it.
+  if (!fs::exists(dir_, ec)) created_dir_ = fs::absolute(dir_, ec).string();
   fs::create_directories(dir_, ec);
+  if (!created_dir_.empty()) dumps::register_temp_dir(created_dir_);
   if (ec || !fs::is_directory(dir_))
     throw DumpError("cannot create dump directory '" + dir_ + "': " + ec.message());
   path_ = (fs::path(dir_) / ("rank" + std::to_string(rank_) + ".h5")).string();
@@ -159,6 +178,8 @@ void DumpWriter::on_start(const kernels::RunInfo& info) {
   h5::set_attr(f, "/meta", "split", split);
   h5::set_attr(f, "/meta", "schedule_grid", grid);
   h5::set_attr(f, "/meta", "rank", static_cast<int64_t>(rank_));
+  h5::set_attr(f, "/meta", "run_id", run_id_);
+  h5::set_attr(f, "/meta", "files", static_cast<int64_t>(files_));
   std::string fqns;
   for (const auto& n : info.fqns) fqns += (fqns.empty() ? "" : "\n") + n;
   h5::set_attr(f, "/meta", "fqns", fqns);
@@ -200,6 +221,7 @@ void DumpWriter::finish(bool complete) {
   h5::set_attr(f, "/meta", "complete", static_cast<int64_t>(complete ? 1 : 0));
   f.commit();
   file_.reset();
+  if (!created_dir_.empty()) dumps::unregister_temp_dir(created_dir_);
 }
 
 }  // namespace parity::dumps

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "dumps/h5_detail.h"
+#include "dumps/temp_files.h"
 
 namespace parity::h5 {
 
@@ -42,12 +43,15 @@ void File::close_noexcept() noexcept {
   if (H5Fclose(id_) < 0) H5Eclear2(H5E_DEFAULT);
   id_ = -1;
   // An uncommitted file from create(): throw the temporary away.
-  if (writable_ && !temp_path_.empty()) std::remove(temp_path_.c_str());
+  if (writable_ && !temp_path_.empty()) {
+    std::remove(temp_path_.c_str());
+    dumps::unregister_temp_file(temp_path_);
+  }
 }
 
 File File::create(const std::string& path) {
   enter();
-  const std::string tmp = path + ".tmp." + std::to_string(static_cast<long>(::getpid()));
+  const std::string tmp = dumps::temp_path_for(path);
   const Op op{path, "", "create " + quote(path) + " (temporary file " + quote(tmp) + ")"};
   if (path.empty()) op.fail("empty file name");
   Handle fcpl = file_create_plist(op);
@@ -57,6 +61,7 @@ File File::create(const std::string& path) {
     std::remove(tmp.c_str());  // not an HDF5 call: the error stack stays for op.fail()
     op.fail();
   }
+  dumps::register_temp_file(tmp);  // a stop removes it (dumps/temp_files.h)
   return File(path, tmp, id, true);
 }
 
@@ -80,6 +85,7 @@ void File::commit() {
   const hid_t id = std::exchange(id_, -1);
   auto fail_removing_temp = [&](const std::string& reason) {
     std::remove(temp_path_.c_str());
+    dumps::unregister_temp_file(temp_path_);
     op.fail(reason);
   };
   // Closing flushes everything (close degree STRONG).
@@ -93,6 +99,7 @@ void File::commit() {
   if (sync_rc != 0) fail_removing_temp(std::string("fsync failed: ") + std::strerror(sync_errno));
   if (std::rename(temp_path_.c_str(), path_.c_str()) != 0)
     fail_removing_temp(std::string("rename failed: ") + std::strerror(errno));
+  dumps::unregister_temp_file(temp_path_);
   // Persist the directory entry too (best effort).
   std::string dir = std::filesystem::path(path_).parent_path().string();
   if (dir.empty()) dir = ".";

@@ -9,6 +9,7 @@
 #include "compare/exact_math.h"
 #include "harness/errors.h"
 #include "harness/run.h"
+#include "harness/validate.h"
 #include "kernels/config.h"
 #include "kernels/observer.h"
 #include "reference/trainer.h"
@@ -245,6 +246,11 @@ int closed_form_command(const ClosedFormJob& c) {
   o.pipeline = pipeline_config(c.run);
   o.precision = kernels::parse_precision(c.run.dtype);
   o.wide = c.wide;
+  if (o.pipelined) {
+    const auto model = kernels::flavor(o.wide ? "exact-wide" : "exact");
+    pipelined::make_split(model, o.pipeline);  // a bad split, named before anything runs
+    check_faults(model, o.pipeline, kMicrobatches);
+  }
   o.steps = c.run.steps;
   o.device = c.run.device;
   o.threads = c.run.threads;

@@ -86,7 +86,7 @@ int run_gate(GateOptions& o) {
   } catch (const Interrupted& e) {
     // Neither pass, fail nor skip: an exit above 127 makes `git bisect run` stop.
     std::cerr << "parity gate: " << e.what() << "\n";
-    return kGateInterrupted;
+    return 128 + e.signal();
   } catch (const std::exception& e) {
     return cannot_run(e.what());
   }

@@ -10,7 +10,7 @@
 //
 // Exit codes: 0 pass, 1 a check failed, 125 the gate cannot run (a bad matrix, a cell that
 // refuses its configuration, no seed checkpoint): what `git bisect run` reads as "skip";
-// 130 stopped by SIGINT or SIGTERM (bisect stops too).
+// 128 + the signal when stopped by SIGINT, SIGTERM or SIGHUP (bisect stops too).
 #pragma once
 
 #include <string>
@@ -20,7 +20,6 @@
 namespace parity::harness {
 
 constexpr int kGateCannotRun = 125;
-constexpr int kGateInterrupted = 130;  // 128 + SIGINT
 
 struct GateOptions {
   std::string matrix = "quick";  // a matrix file, or a shipped one
@@ -30,7 +29,7 @@ struct GateOptions {
   bool closed_forms = true;
 };
 
-// Runs the gate and returns its exit code (0, 1, kGateCannotRun or kGateInterrupted); prints
+// Runs the gate and returns its exit code (0, 1, kGateCannotRun or 128 + a signal); prints
 // the summary and the verdict on stdout, why it cannot run on stderr.
 int run_gate(GateOptions& o);
 

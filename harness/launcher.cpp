@@ -1,22 +1,32 @@
 #include "harness/launcher.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
+#include <mutex>
 #include <set>
 #include <thread>
 
+#include <ATen/ATen.h>
+
+#include "dumps/dump.h"
+#include "dumps/temp_files.h"
 #include "harness/errors.h"
+#include "harness/limits.h"
 #include "harness/observers.h"
+#include "harness/signals.h"
 
 namespace parity::harness {
 
@@ -32,17 +42,19 @@ const char* env(const char* name) {
   return v && *v ? v : nullptr;
 }
 
-int env_int(const char* name) {
+// The variable as an integer from lo to hi; UsageError naming it otherwise.
+int env_int(const char* name, int lo, int hi, const std::string& remedy) {
   const char* v = env(name);
-  try {
-    size_t used = 0;
-    const int x = std::stoi(v, &used);
-    if (used != std::strlen(v)) throw std::invalid_argument("trailing text");
-    return x;
-  } catch (const std::exception&) {
-    throw UsageError(std::string("environment variable ") + name + "='" + v +
-                     "' is not an integer");
-  }
+  const std::string text = v ? v : "";
+  bool digits = !text.empty();
+  for (char c : text) digits = digits && c >= '0' && c <= '9';
+  long long x = -1;
+  if (digits && text.size() <= 9) x = std::stoll(text);
+  if (x < lo || x > hi)
+    throw UsageError(std::string("environment variable ") + name + "='" + text + "' is not an " +
+                     "integer from " + std::to_string(lo) + " to " + std::to_string(hi) + "; " +
+                     remedy);
+  return static_cast<int>(x);
 }
 
 // A port the kernel says is free now (the rendezvous binds it a moment later).
@@ -60,26 +72,146 @@ int free_port() {
   return ntohs(a.sin_port);
 }
 
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+// What the c10d and Gloo libraries write to stderr while this object lives goes to an
+// unlinked temporary file instead (their retries and warnings are not the user's error); the
+// text comes back from release().
+class StderrCapture {
+ public:
+  StderrCapture() {
+    std::fflush(stderr);
+    std::string dir = std::filesystem::temp_directory_path().string();
+    std::string name = dir + "/parity-rendezvous-XXXXXX";
+    fd_ = ::mkstemp(name.data());
+    if (fd_ < 0) return;  // no capture: the libraries' lines reach the terminal
+    ::unlink(name.c_str());
+    saved_ = ::dup(2);
+    ::dup2(fd_, 2);
+  }
+  ~StderrCapture() { release(); }
+  int original_fd() const { return saved_ >= 0 ? saved_ : 2; }
+
+  std::string release() {
+    if (saved_ < 0) return "";
+    std::fflush(stderr);
+    ::dup2(saved_, 2);
+    ::close(saved_);
+    saved_ = -1;
+    std::string text;
+    char buf[4096];
+    ::lseek(fd_, 0, SEEK_SET);
+    for (ssize_t n; (n = ::read(fd_, buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+    ::close(fd_);
+    return text;
+  }
+
+ private:
+  int fd_ = -1, saved_ = -1;
+};
+
+// Ends the process with one line on `fd` and exit 2 unless disarmed within `seconds`: the
+// libraries' own timeouts can add up to several times the one the user gave, and a peer that
+// is not a TCPStore at all never times out.
+class Watchdog {
+ public:
+  Watchdog(double seconds, int fd, std::string line)
+      : thread_([this, seconds, fd, line = std::move(line)] {
+          std::unique_lock<std::mutex> lock(mutex_);
+          if (cv_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return done_; }))
+            return;
+          const std::string text = "parity: " + line + "\n";
+          if (::write(fd, text.data(), text.size()) < 0) {
+          }
+          dumps::remove_temp_files();
+          ::_exit(2);
+        }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+// The rendezvous of one rank, within --timeout-s and in one line whatever the peer is.
+std::unique_ptr<pipelined::Comm> rendezvous(const pipelined::CommOptions& co, bool verbose) {
+  const std::string where = "rank " + std::to_string(co.rank) + ": the rendezvous at " +
+                            co.master_addr + ":" + std::to_string(co.master_port);
+  const std::string remedy = "start all " + std::to_string(co.world) + " ranks, with "
+                             "MASTER_ADDR and MASTER_PORT naming where rank 0 runs";
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%g", co.timeout_s);
+  std::unique_ptr<pipelined::Comm> comm;
+  std::string failure, log;
+  {
+    StderrCapture capture;
+    Watchdog watchdog(co.timeout_s + 1.0, capture.original_fd(),
+                      where + " did not complete within " + secs + " s; " + remedy);
+    try {
+      comm = pipelined::make_comm(co);
+    } catch (const kernels::ConfigError&) {
+      throw;  // this build's backends, a port in use: already one line with its remedy
+    } catch (const std::exception& e) {
+      failure = first_line(e.what());
+      // make_comm's own errors name the rank and the rendezvous already: keep their reason.
+      const auto said = failure.find(" failed: ");
+      if (failure.rfind("rank ", 0) == 0 && said != std::string::npos)
+        failure = failure.substr(said + 9);
+      while (!failure.empty() && failure.back() == '.') failure.pop_back();
+    }
+    log = capture.release();
+  }
+  if (verbose && !log.empty()) std::cerr << log << std::flush;
+  if (!failure.empty())
+    throw UsageError(where + " failed: " + failure + "; " + remedy +
+                     (verbose ? "" : " (--verbose shows the libraries' log)"));
+  return comm;
+}
+
 }  // namespace
 
 bool rank_from_environment(const RunOptions& o) {
-  return env("RANK") && env("WORLD_SIZE") && !o.backend.empty();
+  return !o.backend.empty() && (env("RANK") || env("WORLD_SIZE"));
 }
 
 pipelined::CommOptions comm_from_environment(const RunOptions& o) {
+  const std::string remedy = "a launcher such as torchrun sets RANK, WORLD_SIZE, MASTER_ADDR "
+                             "and MASTER_PORT; or use --nproc N";
+  if (!env("RANK") || !env("WORLD_SIZE"))
+    throw UsageError(std::string("--backend ") + o.backend + " with " +
+                     (env("RANK") ? "RANK but no WORLD_SIZE" : "WORLD_SIZE but no RANK") +
+                     " in the environment; set both (" + remedy + ")");
   pipelined::CommOptions co;
   co.backend = o.backend;
-  co.rank = env_int("RANK");
-  co.local_rank = env("LOCAL_RANK") ? env_int("LOCAL_RANK") : 0;
-  co.world = env_int("WORLD_SIZE");
+  co.world = env_int("WORLD_SIZE", 1, static_cast<int>(kMaxRanks * kMaxRanks), remedy);
+  co.rank = env_int("RANK", 0, co.world - 1, "RANK counts from 0 to WORLD_SIZE - 1");
+  co.local_rank = env("LOCAL_RANK") ? env_int("LOCAL_RANK", 0, co.world - 1, remedy) : 0;
   co.master_addr = env("MASTER_ADDR") ? env("MASTER_ADDR") : "127.0.0.1";
-  co.master_port = env("MASTER_PORT") ? env_int("MASTER_PORT") : 29500;
+  co.master_port = env("MASTER_PORT") ? env_int("MASTER_PORT", 1, 65535, "a TCP port is 1 to 65535")
+                                      : 29500;
   co.timeout_s = o.timeout_s;
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(co.master_addr.c_str(), nullptr, &hints, &found);
+  if (rc != 0)
+    throw UsageError("MASTER_ADDR '" + co.master_addr + "' does not resolve (" +
+                     ::gai_strerror(rc) + "); give the host rank 0 runs on");
+  ::freeaddrinfo(found);
   return co;
 }
 
 void run_rank(const RunOptions& o, const pipelined::CommOptions& co, kernels::StepObserver& obs,
-              const RunReport& report) {
+              const RunReport& report, std::shared_ptr<const datasets::TokenRows> rows) {
   if (co.world != o.dp * o.pp)
     throw UsageError("WORLD_SIZE " + std::to_string(co.world) + " is not dp x pp = " +
                      std::to_string(o.dp) + " x " + std::to_string(o.pp) + "; start " +
@@ -88,10 +220,24 @@ void run_rank(const RunOptions& o, const pipelined::CommOptions& co, kernels::St
   auto cfg = train_config(o);
   if (cfg.device == "cuda") cfg.device = "cuda:" + std::to_string(co.local_rank);  // a GPU each
   auto pc = pipeline_config(o);
-  auto rows = load_rows(o);
+  if (!rows) rows = load_rows(o);
   auto init = initial_params(o, cfg.model);
-  auto comm = pipelined::make_comm(co);
+  auto comm = rendezvous(co, o.verbose);
   pc.comm = comm.get();
+  // Every rank's dump file names rank 0's run (each process alone would make its own id).
+  std::string run_id;
+  if (o.rank_observer) {
+    auto bytes = at::zeros({128}, at::TensorOptions().dtype(at::kByte).device(cfg.device));
+    if (co.rank == 0) {
+      const std::string id = dumps::new_run_id().substr(0, 127);
+      auto cpu = at::zeros({128}, at::kByte);
+      std::memcpy(cpu.data_ptr(), id.data(), id.size());
+      bytes.copy_(cpu);
+    }
+    comm->broadcast(bytes, 0);
+    const auto cpu = bytes.to(at::kCPU).contiguous();
+    run_id = reinterpret_cast<const char*>(cpu.data_ptr<uint8_t>());
+  }
   pipelined::PipelinedTrainer t(cfg, pc, init, *rows);
   // The ranks of dp replica 0 each keep their own parameters' file (after a step every rank
   // holds the same summed gradients, so one replica's ranks cover every FQN once).
@@ -101,7 +247,7 @@ void run_rank(const RunOptions& o, const pipelined::CommOptions& co, kernels::St
     const auto ranks = t.param_ranks();
     for (size_t i = 0; i < ranks.size(); ++i)
       if (ranks[i] == co.rank) fqns.insert(t.master().names()[i]);
-    own = o.rank_observer(co.rank, std::move(fqns));
+    own = o.rank_observer(co.rank, std::move(fqns), run_id);
   }
   NullObserver quiet;
   ObserverList all;
@@ -113,7 +259,8 @@ void run_rank(const RunOptions& o, const pipelined::CommOptions& co, kernels::St
   if (co.rank == 0 && report) report(t.last_stats());
 }
 
-void launch_local(const RunOptions& o, kernels::StepObserver& obs, const RunReport& report) {
+void launch_local(const RunOptions& o, kernels::StepObserver& obs, const RunReport& report,
+                  std::shared_ptr<const datasets::TokenRows> rows) {
   if (o.nproc != o.dp * o.pp)
     throw UsageError("--nproc " + std::to_string(o.nproc) + " is not dp x pp = " +
                      std::to_string(o.dp) + " x " + std::to_string(o.pp));
@@ -124,67 +271,88 @@ void launch_local(const RunOptions& o, kernels::StepObserver& obs, const RunRepo
   co.timeout_s = o.timeout_s;
   pipelined::make_comm_check(co.backend);
   std::fflush(nullptr);
+  const pid_t launcher = ::getpid();
   std::vector<pid_t> kids;
   for (int r = 0; r < o.nproc; ++r) {
     const pid_t pid = ::fork();
-    if (pid < 0) throw std::runtime_error("cannot start worker " + std::to_string(r));
+    if (pid < 0) {
+      for (pid_t k : kids) stop_and_reap(k, /*group=*/false, 5.0);
+      throw std::runtime_error("cannot start worker " + std::to_string(r) + ": " +
+                               std::strerror(errno));
+    }
     if (pid == 0) {
+      if (!adopt_as_child(launcher)) ::_exit(1);  // the launcher is gone already
       int code = 0;
       try {
         co.rank = r;
         co.local_rank = r;
-        run_rank(o, co, obs, report);
+        run_rank(o, co, obs, report, rows);
       } catch (const std::exception& e) {
         if (r == 0) obs.on_abort();  // the dump keeps the steps it has, marked incomplete
-        const std::string what = e.what();  // CommErrors already name the rank
+        const std::string what = first_line(e.what());  // CommErrors already name the rank
         std::cerr << "parity: " << (what.rfind("rank ", 0) == 0 ? "" : "rank " + std::to_string(r) + ": ")
                   << what << "\n";
-        code = 1;
+        code = dynamic_cast<const UsageError*>(&e) ? 2 : 1;
       }
       std::fflush(nullptr);
       ::_exit(code);
     }
     kids.push_back(pid);
+    watch_child(pid);  // a stop of the launcher stops it too (harness/signals.h)
   }
   // Wait for every worker. After the first failure the others have the timeout to notice
-  // (each exits with its own one-line error) and a grace period more; then they are stopped.
+  // (each exits with its own one-line error) and a grace period more; then they are told to
+  // stop, and killed 5 s later.
   int failed_rank = -1, failed_status = 0;
   std::vector<bool> done(kids.size(), false);
   size_t left = kids.size();
-  auto deadline = std::chrono::steady_clock::time_point::max();
+  using Clock = std::chrono::steady_clock;
+  auto deadline = Clock::time_point::max();
+  bool terminated = false;
   while (left > 0) {
-    int status = 0;
-    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
-    if (pid < 0) break;
-    if (pid == 0) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        for (size_t r = 0; r < kids.size(); ++r)
-          if (!done[r]) ::kill(kids[r], SIGKILL);
-        deadline = std::chrono::steady_clock::time_point::max();
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      continue;
-    }
-    for (size_t r = 0; r < kids.size(); ++r)
-      if (kids[r] == pid && !done[r]) {
+    // Everything that has ended since the last look; of several failures, a worker that was
+    // killed from outside says more than the ranks that lost their peer because of it.
+    bool any = false;
+    for (;;) {
+      int status = 0;
+      const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      if (pid <= 0) break;
+      any = true;
+      for (size_t r = 0; r < kids.size(); ++r) {
+        if (kids[r] != pid || done[r]) continue;
         done[r] = true;
         --left;
+        unwatch_child(pid);
         const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        if (!ok && failed_rank < 0) {
+        const bool better = failed_rank < 0 || (WIFSIGNALED(status) && !WIFSIGNALED(failed_status));
+        if (!ok && better && !terminated) {
+          if (failed_rank < 0)
+            deadline = Clock::now() +
+                       std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000) + 10000);
           failed_rank = static_cast<int>(r);
           failed_status = status;
-          deadline = std::chrono::steady_clock::now() +
-                     std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000) + 10000);
         }
       }
+    }
+    if (left == 0) break;
+    if (Clock::now() > deadline) {
+      for (size_t r = 0; r < kids.size(); ++r)
+        if (!done[r]) ::kill(kids[r], terminated ? SIGKILL : SIGTERM);
+      deadline = terminated ? Clock::time_point::max() : Clock::now() + std::chrono::seconds(5);
+      terminated = true;
+    }
+    if (!any) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  if (failed_rank >= 0)
-    throw std::runtime_error(
+  if (failed_rank >= 0) {
+    const int code = WIFEXITED(failed_status) ? WEXITSTATUS(failed_status) : 0;
+    const std::string why =
         "worker rank " + std::to_string(failed_rank) +
         (WIFSIGNALED(failed_status) ? " was killed by signal " + std::to_string(WTERMSIG(failed_status))
-                                    : " failed with exit code " +
-                                          std::to_string(WEXITSTATUS(failed_status))) +
-        "; the run stopped on every rank");
+                                    : " failed with exit code " + std::to_string(code)) +
+        "; the run stopped on every rank";
+    if (code == 2) throw UsageError(why);  // a worker refused its input or its rendezvous
+    throw std::runtime_error(why);
+  }
 }
 
 }  // namespace parity::harness

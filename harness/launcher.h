@@ -3,6 +3,9 @@
 // MASTER_PORT, LOCAL_RANK), each rank over torch c10d (pipelined/comm.h).
 #pragma once
 
+#include <memory>
+
+#include "datasets/rows.h"
 #include "harness/run.h"
 #include "harness/run_options.h"
 #include "kernels/observer.h"
@@ -10,23 +13,30 @@
 
 namespace parity::harness {
 
-// Whether the environment names this process one rank of a run started elsewhere: RANK and
-// WORLD_SIZE set, and a --backend given.
+// Whether this process is meant to be one rank of a run started elsewhere: a --backend given
+// and RANK or WORLD_SIZE in the environment.
 bool rank_from_environment(const RunOptions& o);
 
-// This rank's rendezvous from the environment (MASTER_ADDR defaults to 127.0.0.1,
-// MASTER_PORT to 29500, LOCAL_RANK to 0). Throws UsageError for a variable that is not an
-// integer.
+// This rank's rendezvous from the environment (MASTER_ADDR defaults to 127.0.0.1, MASTER_PORT
+// to 29500, LOCAL_RANK to 0). Throws UsageError, naming the variable and the remedy, for one
+// missing (RANK without WORLD_SIZE), not an integer, out of range (a port above 65535, a RANK
+// outside the world) or a MASTER_ADDR that does not resolve.
 pipelined::CommOptions comm_from_environment(const RunOptions& o);
 
-// One rank of a multi-process pipelined run; rank 0 reports to the observer. Throws
-// UsageError when the world is not dp x pp.
+// One rank of a multi-process pipelined run; rank 0 reports to the observer. `rows` are the
+// token rows the launcher loaded (null: loaded here). The rendezvous ends within
+// --timeout-s whatever the peer is (one line and exit 2 otherwise), and what the c10d and
+// Gloo libraries log meanwhile is kept from the user unless --verbose. Throws UsageError when
+// the world is not dp x pp or the rendezvous fails.
 void run_rank(const RunOptions& o, const pipelined::CommOptions& co, kernels::StepObserver& obs,
-              const RunReport& report);
+              const RunReport& report, std::shared_ptr<const datasets::TokenRows> rows = nullptr);
 
-// --nproc N: N workers on 127.0.0.1; the run succeeds or fails together. After the first
-// failure the others have --timeout-s to notice (each exits with its own one-line error) and
-// a grace period more; then they are killed. Throws when any worker failed, naming it.
-void launch_local(const RunOptions& o, kernels::StepObserver& obs, const RunReport& report);
+// --nproc N: N workers on 127.0.0.1; the run succeeds or fails together. Each worker dies with
+// the launcher (harness/signals.h: a stop of the launcher stops them, and PR_SET_PDEATHSIG
+// covers a SIGKILL). After the first failure the others have --timeout-s to notice (each exits
+// with its own one-line error) and 10 s more; then they are told to stop, and killed 5 s
+// later. Throws when any worker failed, naming it.
+void launch_local(const RunOptions& o, kernels::StepObserver& obs, const RunReport& report,
+                  std::shared_ptr<const datasets::TokenRows> rows = nullptr);
 
 }  // namespace parity::harness

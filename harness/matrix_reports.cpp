@@ -7,7 +7,9 @@
 #include <iostream>
 #include <memory>
 
+#include "dumps/temp_files.h"
 #include "harness/errors.h"
+#include "harness/validate.h"
 #include "reports/history.h"
 #include "reports/matrix.h"
 #include "reports/render.h"
@@ -19,9 +21,11 @@ namespace fs = std::filesystem;
 namespace {
 
 void write_file(const fs::path& p, const std::string& text) {
-  std::ofstream out(p);
-  out << text;
-  if (!out.flush()) throw UsageError("cannot write '" + p.string() + "'");
+  try {
+    dumps::write_file_atomically(p.string(), text);
+  } catch (const std::exception& e) {
+    throw UsageError(std::string(e.what()) + "; give a path you can write");
+  }
 }
 
 }  // namespace
@@ -36,6 +40,7 @@ void write_reports(const std::string& dir, const reports::MatrixResult& r,
 }
 
 int matrix_run_command(MatrixJob& o) {
+  if (!o.history.empty()) check_output_file("--history", o.history);  // before any cell runs
   const auto m = reports::load_matrix(o.file);
   for (const auto& spec : o.inject) {
     const auto eq = spec.find('=');
@@ -62,6 +67,7 @@ int matrix_run_command(MatrixJob& o) {
 }
 
 int report_command(const ReportJob& o) {
+  if (!o.out.empty()) check_output_file("--out", o.out);
   const auto r = reports::read_results(o.dir);
   std::unique_ptr<reports::Trend> trend;
   if (!o.history.empty()) {

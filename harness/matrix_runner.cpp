@@ -23,9 +23,13 @@
 #include <sstream>
 #include <thread>
 
+#include "dumps/temp_files.h"
 #include "harness/errors.h"
 #include "harness/layout_json.h"
 #include "harness/matrix_judge.h"
+#include "harness/run_options.h"
+#include "harness/signals.h"
+#include "harness/validate.h"
 #include "harness/version.h"
 #include "kernels/config.h"
 
@@ -39,8 +43,19 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-volatile std::sig_atomic_t g_interrupted = 0;
-void on_interrupt(int) { g_interrupted = 1; }
+volatile std::sig_atomic_t g_interrupted = 0;  // the signal that stopped the run, or 0
+void on_interrupt(int sig) { g_interrupted = sig; }
+
+// A stopped or timed-out cell was told to stop (SIGTERM) and given time to remove its own
+// temporary files; whatever a SIGKILL left of them under its directory goes here.
+void remove_leftover_temps(const fs::path& dir) {
+  std::error_code ec;
+  std::vector<fs::path> temps;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::end(it); it.increment(ec))
+    if (it->is_regular_file(ec) && it->path().filename().string().find(".tmp.") != std::string::npos)
+      temps.push_back(it->path());
+  for (const auto& t : temps) fs::remove(t, ec);
+}
 
 std::string self_binary() {
   std::error_code ec;
@@ -96,9 +111,13 @@ int run_to_end(const std::vector<std::string>& args, const fs::path& log) {
     const pid_t p = ::waitpid(pid, &status, WNOHANG);
     if (p == pid) break;
     if (p < 0 && errno != EINTR) return 127;
-    if (g_interrupted) ::kill(-pid, SIGKILL);
+    if (g_interrupted) {
+      status = stop_and_reap(pid, /*group=*/true, 5.0);
+      break;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  remove_leftover_temps(log.parent_path());
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
@@ -168,6 +187,49 @@ void collect(CellResult& c, const fs::path& dir) {
   }
 }
 
+// What `parity train` would refuse in the cell, said before anything runs: its flavor, and
+// for a pipelined cell its split (whose routing tables become its layout) and its faults.
+void check_cell(const Cell& c, nlohmann::json& layout) {
+  const auto mc = kernels::flavor(c.flavor);
+  if (!c.pipelined()) return;
+  layout = layout_json(mc.n_layers, mc.layers_per_block, c.pp, c.vp, c.split);
+  if (c.inject.empty()) return;
+  RunOptions ro;
+  ro.flavor = c.flavor;
+  ro.pp = c.pp;
+  ro.vp = c.vp;
+  ro.split = c.split;
+  ro.cache = c.cache;
+  ro.schedule = c.schedule;
+  ro.inject = c.inject;
+  check_faults(mc, pipeline_config(ro), c.microbatches);
+}
+
+// A running cell's metrics file, written under a temporary name until its run ends
+// (dumps/temp_files.h).
+fs::path metrics_in_progress(const fs::path& dir, pid_t pid) {
+  return dir / ("metrics.jsonl.tmp." + std::to_string(static_cast<long>(pid)));
+}
+
+// The steps a running cell has logged.
+int64_t steps_logged(const fs::path& dir, pid_t pid) {
+  const fs::path temp = metrics_in_progress(dir, pid);
+  std::error_code ec;
+  return count_lines(fs::exists(temp, ec) ? temp : dir / "metrics.jsonl");
+}
+
+// Before a cell is stopped (which removes its temporary files): the steps it has logged become
+// its metrics.jsonl, so that the report shows how far it got.
+void keep_logged_steps(const fs::path& dir, pid_t pid) {
+  const std::string text = slurp(metrics_in_progress(dir, pid));
+  const auto last = text.rfind('\n');
+  if (last == std::string::npos) return;
+  try {
+    dumps::write_file_atomically((dir / "metrics.jsonl").string(), text.substr(0, last + 1));
+  } catch (const std::exception&) {  // the cell is reported without its steps
+  }
+}
+
 struct Running {
   size_t index;
   pid_t pid;
@@ -180,7 +242,7 @@ std::string progress_line(const std::vector<Running>& running, const MatrixResul
   std::string s = "[" + std::to_string(done) + "/" + std::to_string(total) + " done]";
   for (const auto& run : running) {
     const auto& c = r.cells[run.index].cell;
-    s += "  " + c.name + " " + std::to_string(count_lines(cells_dir / c.name / "metrics.jsonl")) +
+    s += "  " + c.name + " " + std::to_string(steps_logged(cells_dir / c.name, run.pid)) +
          "/" + std::to_string(c.steps);
   }
   return s;
@@ -226,13 +288,10 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
     if (!o.device.empty()) cr.cell.device = o.device;
     for (const auto& [name, spec] : o.inject)
       if (name == c.name) cr.cell.inject.push_back(spec);
-    if (cr.cell.pipelined()) {
-      try {
-        const auto mc = kernels::flavor(c.flavor);
-        cr.layout = layout_json(mc.n_layers, mc.layers_per_block, c.pp, c.vp, c.split);
-      } catch (const std::exception& e) {
-        throw UsageError(m.source + " (cell '" + c.name + "'): " + e.what());
-      }
+    try {
+      check_cell(cr.cell, cr.layout);
+    } catch (const std::exception& e) {
+      throw UsageError(m.source + " (cell '" + c.name + "'): " + e.what());
     }
     cr.log = "cells/" + c.name + "/log.txt";
     r.cells.push_back(std::move(cr));
@@ -262,8 +321,12 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
   };
   // A stop (Ctrl-C, SIGTERM) from here on stops the children and keeps what finished. The
   // children are reaped by pid, which an inherited SIGCHLD = SIG_IGN would make impossible.
-  auto* old_int = std::signal(SIGINT, on_interrupt);
-  auto* old_term = std::signal(SIGTERM, on_interrupt);
+  struct sigaction stop {}, old_int {}, old_term {}, old_hup {};
+  stop.sa_handler = on_interrupt;
+  sigemptyset(&stop.sa_mask);
+  ::sigaction(SIGINT, &stop, &old_int);
+  ::sigaction(SIGTERM, &stop, &old_term);
+  ::sigaction(SIGHUP, &stop, &old_hup);
   auto* old_chld = std::signal(SIGCHLD, SIG_DFL);
 
   // One seed checkpoint per batch shape.
@@ -289,8 +352,16 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
   size_t next = 0, done = 0;
   int busy = 0;
   auto last_note = Clock::now();
+  // A stop tells the running cells (and their workers) to stop, and kills what is left 10 s on.
+  auto stop_sent = Clock::time_point::max();
   while ((!g_interrupted && next < r.cells.size()) || !running.empty()) {
-    if (g_interrupted) {
+    if (g_interrupted && stop_sent == Clock::time_point::max()) {
+      for (const auto& run : running) {
+        keep_logged_steps(out / "cells" / r.cells[run.index].cell.name, run.pid);
+        ::kill(-run.pid, SIGTERM);
+      }
+      stop_sent = Clock::now();
+    } else if (g_interrupted && Clock::now() - stop_sent > std::chrono::seconds(10)) {
       for (const auto& run : running) ::kill(-run.pid, SIGKILL);
     }
     // Start what fits.
@@ -340,12 +411,13 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
         continue;
       }
       const bool lost = p < 0;  // not reapable: its exit status is unknown
-      if (timed_out) {  // stop the cell and its workers
-        ::kill(-running[i].pid, SIGKILL);
-        ::waitpid(running[i].pid, &status, 0);
-      }
       auto& cr = r.cells[running[i].index];
       const fs::path dir = out / "cells" / cr.cell.name;
+      if (timed_out) {  // stop the cell and its workers
+        keep_logged_steps(dir, running[i].pid);
+        status = stop_and_reap(running[i].pid, /*group=*/true, 5.0);
+      }
+      remove_leftover_temps(dir);
       cr.wall_seconds = secs;
       collect(cr, dir);
       cr.warnings = warnings(dir / "log.txt");
@@ -393,8 +465,9 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
     if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   if (tty) std::cerr << "\r\033[K" << std::flush;
-  std::signal(SIGINT, old_int);
-  std::signal(SIGTERM, old_term);
+  ::sigaction(SIGINT, &old_int, nullptr);
+  ::sigaction(SIGTERM, &old_term, nullptr);
+  ::sigaction(SIGHUP, &old_hup, nullptr);
   std::signal(SIGCHLD, old_chld);
   for (auto& cr : r.cells)
     if (cr.status == "not run" && g_interrupted) cr.error = "interrupted before it started";
@@ -403,9 +476,10 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
   r.wall_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   reports::write_results(o.out_dir, r);
   if (g_interrupted) {
+    const int sig = g_interrupted;
     g_interrupted = 0;
-    throw Interrupted("interrupted; the cells that finished are in " + o.out_dir +
-                             "/results.json");
+    throw Interrupted("stopped by signal " + std::to_string(sig) + "; the cells that finished "
+                      "are in " + o.out_dir + "/results.json", sig);
   }
   return r;
 }

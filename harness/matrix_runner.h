@@ -46,7 +46,11 @@ constexpr const char* kNoSeed = "its seed checkpoint could not be made";
 // A run stopped by SIGINT or SIGTERM: results.json holds what finished.
 class Interrupted : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  Interrupted(const std::string& what, int signal) : std::runtime_error(what), signal_(signal) {}
+  int signal() const { return signal_; }  // the signal that stopped it: the exit is 128 + it
+
+ private:
+  int signal_;
 };
 
 // Runs the cells and the step-1 comparisons, writes DIR/results.json. Throws UsageError for a

@@ -48,10 +48,25 @@ void ConsoleObserver::on_end() {
   std::cout << "done: " << steps_ << " steps in " << total_seconds_ << " s\n";
 }
 
-JsonlObserver::JsonlObserver(const std::string& path) : path_(path), out_(path) {
-  if (!out_)
-    throw UsageError("cannot write metrics file '" + path + "'; check the directory exists "
-                     "and is writable");
+namespace {
+
+dumps::AtomicTextFile open_metrics(const std::string& path) {
+  try {
+    return dumps::AtomicTextFile(path);
+  } catch (const std::exception& e) {
+    throw UsageError(std::string("--metrics: ") + e.what() + "; give a writable path");
+  }
+}
+
+}  // namespace
+
+JsonlObserver::JsonlObserver(const std::string& path) : file_(open_metrics(path)) {}
+
+JsonlObserver::~JsonlObserver() {
+  try {
+    file_.commit();
+  } catch (...) {  // a destructor must not throw: the temporary is removed instead
+  }
 }
 
 void JsonlObserver::on_step(const kernels::StepRecord& r) {
@@ -63,17 +78,13 @@ void JsonlObserver::on_step(const kernels::StepRecord& r) {
                       {"grad_norm", norm},       {"lr", r.lr},
                       {"mb_losses", mb},         {"loss_hex", hex_float(loss)},
                       {"grad_norm_hex", hex_float(norm)}};
-  out_ << j.dump() << "\n" << std::flush;  // one line per step survives a later failure
+  file_.write(j.dump() + "\n");  // one write per step: a later failure keeps it
+  ++steps_;
 }
 
-void JsonlObserver::on_end() { out_.close(); }
+void JsonlObserver::on_end() { file_.commit(); }
 
-SummaryObserver::SummaryObserver(const std::string& path) : path_(path) {
-  std::ofstream probe(path);
-  if (!probe)
-    throw UsageError("cannot write summary file '" + path + "'; check the directory exists "
-                     "and is writable");
-}
+void JsonlObserver::on_abort() { file_.commit(); }
 
 void SummaryObserver::on_step(const kernels::StepRecord& r) {
   seconds_.push_back(r.seconds);
@@ -100,9 +111,11 @@ void SummaryObserver::write(int64_t bytes_forward, int64_t bytes_backward,
                       {"bytes_backward_per_mb", mean(bwd_per_mb)},
                       {"bytes_forward", fwd_per_mb ? bytes_forward : -1},
                       {"bytes_backward", bwd_per_mb ? bytes_backward : -1}};
-  std::ofstream out(path_);
-  out << j.dump(1) << "\n";
-  if (!out.flush()) throw std::runtime_error("cannot write summary file '" + path_ + "'");
+  try {
+    dumps::write_file_atomically(path_, j.dump(1) + "\n");
+  } catch (const std::exception& e) {
+    throw UsageError(std::string("--summary: ") + e.what());
+  }
 }
 
 void ObserverList::on_start(const kernels::RunInfo& info) {

@@ -4,33 +4,24 @@
 
 #include "harness/errors.h"
 #include "harness/launcher.h"
+#include "harness/validate.h"
 #include "reference/trainer.h"
 
 namespace parity::harness {
 
 void run_trainer(const std::string& trainer, const RunOptions& o, kernels::StepObserver& obs,
-                 const RunReport& report) {
-  if (!o.inject.empty() && trainer != "pipelined")
-    throw UsageError("--inject needs --trainer pipelined");
-  const bool from_env = rank_from_environment(o);
-  if ((o.nproc > 0 || from_env) && trainer != "pipelined")
-    throw UsageError("--nproc and --backend need --trainer pipelined (the reference is one "
-                     "process; its --dp replicas run in it)");
+                 const RunReport& report, std::shared_ptr<const datasets::TokenRows> rows) {
+  if (!rows) rows = validate_run(trainer, o);
   auto cfg = train_config(o);
   if (trainer == "reference") {
-    auto rows = load_rows(o);
     auto init = initial_params(o, cfg.model);
     reference::ReferenceTrainer(cfg, init, *rows).run(obs);
     if (report) report({});
     return;
   }
-  if (trainer != "pipelined")
-    throw UsageError("unknown --trainer '" + trainer + "'; use reference or pipelined");
-
-  if (o.nproc > 0) return launch_local(o, obs, report);
-  if (from_env) return run_rank(o, comm_from_environment(o), obs, report);
+  if (o.nproc > 0) return launch_local(o, obs, report, rows);
+  if (rank_from_environment(o)) return run_rank(o, comm_from_environment(o), obs, report, rows);
   auto pc = pipeline_config(o);
-  auto rows = load_rows(o);
   auto init = initial_params(o, cfg.model);
   pipelined::PipelinedTrainer t(cfg, pc, init, *rows);
   t.run(obs);

@@ -5,9 +5,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "datasets/rows.h"
 #include "harness/run_options.h"
 #include "kernels/observer.h"
 #include "pipelined/faults.h"
@@ -19,10 +21,12 @@ namespace parity::harness {
 // rank 0 (with --nproc, a worker: the observer and the report live there).
 using RunReport = std::function<void(const pipelined::PipelineStats&)>;
 
-// Runs the chosen trainer ("reference" or "pipelined") with the observer. Throws UsageError
-// for a bad combination of options.
+// Runs the chosen trainer ("reference" or "pipelined") with the observer. `rows` are the
+// token rows validate_run (harness/validate.h) returned; null: the options are validated and
+// the rows loaded here. Throws UsageError for a bad combination of options.
 void run_trainer(const std::string& trainer, const RunOptions& o, kernels::StepObserver& obs,
-                 const RunReport& report = {});
+                 const RunReport& report = {},
+                 std::shared_ptr<const datasets::TokenRows> rows = nullptr);
 
 // One stderr warning per injected fault that never fired (nothing to break where it pointed).
 void warn_unfired_faults(const std::vector<pipelined::Fault>& faults,

@@ -16,6 +16,7 @@
 #include "datasets/corpus.h"
 #include "datasets/token_file.h"
 #include "dumps/checkpoint.h"
+#include "dumps/temp_files.h"
 #include "harness/errors.h"
 
 namespace parity::harness {
@@ -60,11 +61,12 @@ std::string tokenize_tool() {
 // Runs parity-tokenize and returns the token file it wrote. Its progress lines pass through
 // to stderr; a failure becomes one DataError line.
 std::string tokenize(const std::string& data_path) {
-  char err_template[] = "/tmp/parity-tokenize-XXXXXX";
-  const int fd = mkstemp(err_template);
+  std::string err_path =
+      (std::filesystem::temp_directory_path() / "parity-tokenize-XXXXXX").string();
+  const int fd = mkstemp(err_path.data());
   if (fd < 0) throw std::runtime_error("cannot create a temporary file for parity-tokenize");
   close(fd);
-  const std::string err_path = err_template;
+  dumps::register_temp_file(err_path);  // a stop removes it
   std::string cmd = shell_quote(tokenize_tool());
   if (!data_path.empty()) cmd += " --data " + shell_quote(data_path);
   cmd += " 2>" + shell_quote(err_path);
@@ -78,6 +80,7 @@ std::string tokenize(const std::string& data_path) {
   std::stringstream err;
   err << err_in.rdbuf();
   std::remove(err_path.c_str());
+  dumps::unregister_temp_file(err_path);
   std::string err_text = err.str();
   while (!err_text.empty() && err_text.back() == '\n') err_text.pop_back();
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -101,8 +104,13 @@ std::unique_ptr<datasets::TokenRows> load_rows(const RunOptions& o) {
     throw UsageError("--tokens '" + o.tokens_path + "' is not a file; make one with "
                      "parity-tokenize (it prints the path of the file it writes)");
   if (!o.data_path.empty()) datasets::load_jsonl(o.data_path);  // validate here, in one line
-  auto file = datasets::read_token_file(o.tokens_path.empty() ? tokenize(o.data_path)
-                                                               : o.tokens_path);
+  datasets::TokenFile file;
+  if (o.tokens_path.empty())
+    file = datasets::read_token_file(tokenize(o.data_path));
+  else if (!datasets::try_read_token_file(o.tokens_path, file))
+    throw UsageError("--tokens '" + o.tokens_path + "' is not a token file (wrong header, size "
+                     "or checksum); make one with `parity-tokenize [--data FILE.jsonl]`, which "
+                     "prints the path of the file it writes");
   const auto cfg = kernels::flavor(o.flavor);
   if (file.vocab_size > cfg.vocab)
     throw UsageError("the tokenizer has " + std::to_string(file.vocab_size) +
@@ -117,6 +125,9 @@ kernels::NamedTensors initial_params(const RunOptions& o, const kernels::ModelCo
   if (!std::filesystem::exists(o.init_path))
     throw UsageError("checkpoint '" + o.init_path + "' does not exist; write one with `parity "
                      "init --flavor " + cfg.name + " --out " + o.init_path + "`");
+  if (std::filesystem::is_directory(o.init_path))
+    throw UsageError("--init '" + o.init_path + "' is a directory; give the checkpoint file "
+                     "`parity init` wrote");
   return dumps::read_checkpoint(o.init_path, cfg).params;
 }
 

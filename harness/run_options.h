@@ -56,9 +56,12 @@ struct RunOptions {
   int nproc = 0;
   std::string backend;  // "" = gloo when multi-process
   double timeout_s = 300;
+  bool verbose = false;  // show the libraries' own log of a failed rendezvous
   // Multi-process: an observer each rank adds for itself (its own dump file of the parameters
-  // it owns), given the rank and those FQNs; null or returning null: none.
-  std::function<std::unique_ptr<kernels::StepObserver>(int rank, std::set<std::string> fqns)>
+  // it owns), given the rank, those FQNs and the run's id (rank 0's, the same on every rank);
+  // null or returning null: none.
+  std::function<std::unique_ptr<kernels::StepObserver>(int rank, std::set<std::string> fqns,
+                                                       const std::string& run_id)>
       rank_observer;
 };
 

@@ -1,17 +1,67 @@
 #include "harness/train.h"
 
-#include <cstdlib>
+#include <filesystem>
+#include <iostream>
 #include <memory>
 #include <set>
 
 #include "dumps/dump.h"
+#include "dumps/temp_files.h"
+#include "harness/errors.h"
+#include "harness/launcher.h"
 #include "harness/observers.h"
 #include "harness/run.h"
+#include "harness/validate.h"
 #include "harness/version.h"
 
 namespace parity::harness {
 
+namespace {
+
+// Every check of the job, before any output is opened: the run's own (validate_run), the dump
+// steps against the steps, the output paths. Returns the token rows and the old dump files the
+// run replaces (--overwrite).
+std::shared_ptr<const datasets::TokenRows> check_job(const TrainJob& o,
+                                                     std::vector<std::string>& replaced) {
+  for (int64_t s : o.dump_steps)
+    if (s > o.run.steps)
+      throw UsageError("--dump-steps " + std::to_string(s) + " is past the last step (--steps " +
+                       std::to_string(o.run.steps) + "); dump steps from 1 to " +
+                       std::to_string(o.run.steps));
+  if (o.overwrite && o.dump_dir.empty())
+    throw UsageError("--overwrite replaces the files of a --dump directory; give --dump DIR");
+  if (o.run.ledger && o.dump_dir.empty())
+    throw UsageError("--ledger is stored in the dump: give --dump DIR (and --dump-steps)");
+  auto rows = validate_run(o.trainer, o.run);
+  if (!o.metrics.empty()) check_output_file("--metrics", o.metrics);
+  if (!o.summary.empty()) check_output_file("--summary", o.summary);
+  if (!o.dump_dir.empty()) {
+    // A rank started on its own shares the directory with its run's other ranks: only its own
+    // file can be another run's.
+    const bool alone = o.run.nproc == 0 && rank_from_environment(o.run);
+    const int own = alone ? comm_from_environment(o.run).rank : -1;
+    replaced = check_dump_dir(o.dump_dir, o.overwrite, own);
+  }
+  return rows;
+}
+
+}  // namespace
+
 void run_train(const TrainJob& o) {
+  std::vector<std::string> replaced;
+  const auto rows = check_job(o, replaced);
+  for (const auto& f : replaced) std::filesystem::remove(f);
+  // The dump directory is made here, before any worker starts, so that a stop removes it
+  // again when the run made it and wrote nothing into it yet (dumps/temp_files.h).
+  std::string made_dir;
+  std::error_code ec;
+  if (!o.dump_dir.empty() && !std::filesystem::exists(o.dump_dir, ec)) {
+    std::filesystem::create_directories(o.dump_dir, ec);
+    if (ec) throw UsageError("--dump '" + o.dump_dir + "' cannot be created: " + ec.message());
+    made_dir = std::filesystem::absolute(o.dump_dir).string();
+    dumps::register_temp_dir(made_dir);
+  }
+
   ConsoleObserver console(o.quiet);
   std::unique_ptr<JsonlObserver> jsonl;
   ObserverList observers;
@@ -30,13 +80,15 @@ void run_train(const TrainJob& o) {
   const std::set<int64_t> steps(o.dump_steps.begin(), o.dump_steps.end());
   // The ledger is only ever read from a dump: record it on the dumped steps alone.
   if (run.ledger && !o.dump_dir.empty()) run.ledger_steps = o.dump_steps;
-  const bool multi = run.nproc > 0 || (std::getenv("RANK") && !run.backend.empty());
+  const bool multi = run.nproc > 0 || rank_from_environment(run);
   if (!o.dump_dir.empty() && multi) {
-    // Each rank writes rank<R>.h5 with the parameters it owns.
+    // Each rank of dp replica 0 writes rank<R>.h5 with the parameters it owns.
     const std::string dir = o.dump_dir;
-    run.rank_observer = [dir, steps](int rank, std::set<std::string> fqns) {
+    const int files = run.pp;
+    run.rank_observer = [dir, steps, files](int rank, std::set<std::string> fqns,
+                                            const std::string& id) {
       return std::unique_ptr<kernels::StepObserver>(
-          new dumps::DumpWriter(dir, steps, git_sha(), rank, std::move(fqns)));
+          new dumps::DumpWriter(dir, steps, git_sha(), rank, std::move(fqns), id, files));
     };
   } else if (!o.dump_dir.empty()) {
     dump = std::make_unique<dumps::DumpWriter>(o.dump_dir, steps, git_sha());
@@ -49,7 +101,18 @@ void run_train(const TrainJob& o) {
       summary->write(st.bytes_forward, st.bytes_backward, pipe ? &st.bytes_forward_per_mb : nullptr,
                      pipe ? &st.bytes_backward_per_mb : nullptr);
     };
-  run_trainer(o.trainer, run, observers, report);
+  try {
+    run_trainer(o.trainer, run, observers, report, rows);
+    if (!made_dir.empty()) dumps::unregister_temp_dir(made_dir);
+  } catch (...) {
+    // What the failed run leaves, so that nobody takes it for a finished one.
+    std::string left;
+    if (!o.metrics.empty()) left += " " + o.metrics + " (the steps it logged)";
+    if (!o.summary.empty()) left += "; no " + o.summary;
+    if (!o.dump_dir.empty()) left += "; " + o.dump_dir + " (marked incomplete)";
+    if (!left.empty()) std::cerr << "parity: the run did not finish; it leaves" << left << "\n";
+    throw;
+  }
 }
 
 }  // namespace parity::harness

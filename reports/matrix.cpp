@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -346,6 +347,10 @@ Matrix parse_matrix(const std::string& text, const std::string& source) {
 }
 
 Matrix load_matrix(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw MatrixError("'" + path + "' is a directory; give a matrix file (TOML) or a shipped "
+                      "matrix name (quick, seed)");
   std::ifstream in(path);
   if (!in) {
     if (const std::string text = embedded_matrix(path); !text.empty())

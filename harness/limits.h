@@ -1,0 +1,25 @@
+// The bounds every command puts on its numbers, so that a typo is refused in one line before
+// anything runs, rather than allocating without bound or running for a week. Each is far above
+// what a verification run needs.
+#pragma once
+
+#include <cstdint>
+
+namespace parity::harness {
+
+constexpr int64_t kMaxSteps = 1'000'000;
+constexpr int64_t kMaxMicrobatches = 1024;
+constexpr int64_t kMaxRows = 4096;         // rows per micro-batch
+constexpr int64_t kMaxSeqLen = 65536;
+constexpr int64_t kMaxRanks = 64;          // pp, dp, nproc
+constexpr int64_t kMaxVirtualStages = 16;  // vp
+constexpr int64_t kMaxLayers = 1024;       // parity layout
+constexpr int64_t kMaxClosedFormSteps = 100;
+constexpr int64_t kMaxBenchSteps = 1000;
+constexpr double kMaxLr = 1e12;  // a divergence on purpose takes 1e9
+constexpr double kMaxTimeoutS = 86400;
+
+// Threads (intra-op or comparison): at most 4 x the cores this machine has.
+int max_threads();
+
+}  // namespace parity::harness

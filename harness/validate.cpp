@@ -1,0 +1,184 @@
+#include "harness/validate.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <regex>
+
+#include "harness/errors.h"
+#include "harness/launcher.h"
+#include "pipelined/comm.h"
+#include "pipelined/routing.h"
+#include "pipelined/split.h"
+
+namespace parity::harness {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool contains(const pipelined::Blocks& b, int block) {
+  return std::find(b.begin(), b.end(), block) != b.end();
+}
+
+std::string layout_hint(const kernels::ModelConfig& m, const pipelined::PipelineConfig& pc) {
+  return "see `parity layout --layers " + std::to_string(m.n_layers) + " --block " +
+         std::to_string(m.layers_per_block) + " --pp " + std::to_string(pc.pp) + " --vp " +
+         std::to_string(pc.vp) + (pc.split.empty() ? "" : " --split '" + pc.split + "'") + "`";
+}
+
+// The combinations of options a trainer refuses.
+void check_combinations(const std::string& trainer, const RunOptions& o) {
+  if (trainer != "reference" && trainer != "pipelined")
+    throw UsageError("unknown --trainer '" + trainer + "'; use reference or pipelined");
+  const bool pipe = trainer == "pipelined";
+  if (!pipe) {
+    if (!o.inject.empty()) throw UsageError("--inject needs --trainer pipelined");
+    if (o.nproc > 0 || !o.backend.empty())
+      throw UsageError("--nproc and --backend need --trainer pipelined (the reference is one "
+                       "process; its --dp replicas run in it)");
+    if (!o.schedule.empty())
+      throw UsageError("--schedule needs --trainer pipelined (the reference runs no schedule)");
+    // The reference reads the pipeline shape only for the per-rank norm's rank map.
+    if ((o.pp != 1 || o.vp != 1 || !o.split.empty()) && o.clip_order != "per-rank")
+      throw UsageError("--pp, --vp and --split shape a pipeline: give --trainer pipelined, or "
+                       "--clip-order per-rank for the reference's per-rank norm");
+  }
+  if (o.nproc > 0 && o.nproc != o.dp * o.pp)
+    throw UsageError("--nproc " + std::to_string(o.nproc) + " is not dp x pp = " +
+                     std::to_string(o.dp) + " x " + std::to_string(o.pp) + "; give --nproc " +
+                     std::to_string(o.dp * o.pp));
+  const bool multi = o.nproc > 0 || !o.backend.empty();
+  if (multi && o.ledger)
+    throw UsageError("--ledger runs in-process only: drop --nproc/--backend, or drop --ledger");
+  if (pipe && !o.backend.empty() && o.nproc == 0 && !rank_from_environment(o))
+    throw UsageError("--backend " + o.backend + " needs --nproc N, or RANK and WORLD_SIZE in the "
+                     "environment (as torchrun sets them)");
+}
+
+}  // namespace
+
+void check_faults(const kernels::ModelConfig& m, const pipelined::PipelineConfig& pc,
+                  int microbatches) {
+  if (pc.faults.empty()) return;
+  const auto split = pipelined::make_split(m, pc);
+  const auto tables = pipelined::make_routing_tables(m.n_layers, m.layers_per_block, split, pc.pp);
+  const int stages = static_cast<int>(tables.stages.size());
+  for (const auto& f : pc.faults) {
+    const std::string what = "--inject " + f.str() + ": ";
+    if (f.stage >= stages)
+      throw UsageError(what + "there is no stage " + std::to_string(f.stage) + " (the pipeline has " +
+                       std::to_string(stages) + ", 0 to " + std::to_string(stages - 1) + "); " +
+                       layout_hint(m, pc));
+    if (f.block > m.n_blocks())
+      throw UsageError(what + "there is no block " + std::to_string(f.block) + " (flavor " +
+                       m.name + " has blocks 0 to " + std::to_string(m.n_blocks()) + "); " +
+                       layout_hint(m, pc));
+    if (f.mb >= microbatches)
+      throw UsageError(what + "there is no micro-batch " + std::to_string(f.mb) + " (a step has " +
+                       std::to_string(microbatches) + ")");
+    const auto& st = tables.stages[static_cast<size_t>(f.stage)];
+    const std::string at = "stage " + std::to_string(f.stage);
+    const std::string block = "block " + std::to_string(f.block);
+    switch (f.kind) {
+      case pipelined::FaultKind::DropDeposit:
+      case pipelined::FaultKind::DuplicateDeposit:
+      case pipelined::FaultKind::Misroute:
+        if (!contains(st.deposits, f.block))
+          throw UsageError(what + at + " deposits no gradient of " + block + " (it deposits " +
+                           pipelined::blocks_text(st.deposits) + "); " + layout_hint(m, pc));
+        if (f.kind == pipelined::FaultKind::Misroute && !contains(st.deposits, f.block - 1) &&
+            !contains(st.deposits, f.block + 1))
+          throw UsageError(what + at + " deposits no neighbour of " + block +
+                           " to misroute it to (it deposits " +
+                           pipelined::blocks_text(st.deposits) + "); " + layout_hint(m, pc));
+        break;
+      case pipelined::FaultKind::SkipCollect:
+        if (st.deposits_expected(f.block) == 0)
+          throw UsageError(what + at + " collects no deposit of " + block + "; " +
+                           layout_hint(m, pc));
+        break;
+      case pipelined::FaultKind::StaleBlock:
+        if (!contains(st.deposits, f.block))  // the blocks it reads from its rank's store
+          throw UsageError(what + at + " reads " + block + " from no store (it reads " +
+                           pipelined::blocks_text(st.deposits) + " there); " + layout_hint(m, pc));
+        break;
+    }
+  }
+}
+
+std::unique_ptr<datasets::TokenRows> validate_run(const std::string& trainer, const RunOptions& o) {
+  check_combinations(trainer, o);
+  const auto cfg = train_config(o);  // flavor, dtype, device, clip order, the per-rank map
+  if (trainer == "pipelined") {
+    const auto pc = pipeline_config(o);
+    pipelined::make_split(cfg.model, pc);  // refuses a bad split naming its first bad stage
+    check_faults(cfg.model, pc, o.microbatches);
+    if (o.nproc > 0) pipelined::make_comm_check(o.backend.empty() ? "gloo" : o.backend);
+    if (o.nproc == 0 && rank_from_environment(o)) {
+      const auto co = comm_from_environment(o);
+      pipelined::make_comm_check(co.backend);
+      if (co.world != o.dp * o.pp)
+        throw UsageError("WORLD_SIZE " + std::to_string(co.world) + " is not dp x pp = " +
+                         std::to_string(o.dp) + " x " + std::to_string(o.pp) + "; start " +
+                         std::to_string(o.dp * o.pp) + " processes (or --nproc " +
+                         std::to_string(o.dp * o.pp) + ")");
+    }
+  }
+  if (!o.init_path.empty()) initial_params(o, cfg.model);  // there, of this flavor, finite
+  return load_rows(o);
+}
+
+void check_output_file(const std::string& flag, const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    throw UsageError(flag + " '" + path + "' is a directory; give a file name");
+  fs::path dir = fs::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  if (!fs::is_directory(dir, ec))
+    throw UsageError(flag + " '" + path + "': the directory '" + dir.string() +
+                     "' does not exist; create it first");
+  if (::access(dir.c_str(), W_OK) != 0)
+    throw UsageError(flag + " '" + path + "': the directory '" + dir.string() +
+                     "' is not writable; give a path you can write");
+  if (fs::exists(path, ec) && ::access(path.c_str(), W_OK) != 0)
+    throw UsageError(flag + " '" + path + "' exists and is not writable; give a path you can "
+                     "write");
+}
+
+void check_output_dir(const std::string& flag, const std::string& path) {
+  std::error_code ec;
+  if (fs::exists(path, ec) && !fs::is_directory(path, ec))
+    throw UsageError(flag + " '" + path + "' is a file; give a directory");
+  fs::path p = fs::absolute(path, ec);
+  while (!p.empty() && !fs::exists(p, ec)) p = p.parent_path();
+  if (p.empty() || !fs::is_directory(p, ec))
+    throw UsageError(flag + " '" + path + "': '" + p.string() + "' is not a directory; give a "
+                     "directory path");
+  if (::access(p.c_str(), W_OK) != 0)
+    throw UsageError(flag + " '" + path + "': '" + p.string() + "' is not writable; give a "
+                     "directory you can write");
+}
+
+std::vector<std::string> check_dump_dir(const std::string& path, bool overwrite, int only_rank) {
+  check_output_dir("--dump", path);
+  std::vector<std::string> old;
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return old;
+  static const std::regex kRankFile(R"(rank([0-9]+)\.h5)");
+  for (const auto& e : fs::directory_iterator(path, ec)) {
+    const std::string name = e.path().filename().string();
+    std::smatch m;
+    if (std::regex_match(name, m, kRankFile) && (only_rank < 0 || m[1] == std::to_string(only_rank)))
+      old.push_back(e.path().string());
+  }
+  std::sort(old.begin(), old.end());
+  if (!old.empty() && !overwrite)
+    throw UsageError("--dump '" + path + "' holds " + fs::path(old[0]).filename().string() +
+                     (old.size() > 1 ? " and " + std::to_string(old.size() - 1) + " more" : "") +
+                     " of another run; give a new directory, or --overwrite to replace them");
+  return old;
+}
+
+}  // namespace parity::harness

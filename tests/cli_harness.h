@@ -4,7 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -45,6 +49,21 @@ inline CliResult run_parity(const std::filesystem::path& dir, const std::string&
   r.out = slurp(out);
   r.err = slurp(err);
   return r;
+}
+
+// A socket bound to a free loopback port (listening when `listen`); the caller closes it (a
+// closed one leaves the port free for a moment: what a test hands a rendezvous).
+inline int loopback_socket(int& port, bool listen) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  if (listen) ::listen(fd, 16);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  port = ntohs(a.sin_port);
+  return fd;
 }
 
 // Bad input: one line naming the problem, exit 2, no exception dump or backtrace.

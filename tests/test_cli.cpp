@@ -345,15 +345,9 @@ bool have_gloo() {
 }
 
 int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
+  int port = 0;
+  ::close(parity::testing::loopback_socket(port, /*listen=*/false));
+  return port;
 }
 
 // Every line of a metrics file without its timing field (step time differs run to run).

@@ -295,10 +295,13 @@ TEST(BadInputTable, HasAtLeast120CasesWithDistinctNames) {
 
 // ---- stops: a run signalled mid-way exits 128 + the signal and leaves nothing behind
 
-// Waits (up to 20 s) until the run has started writing: a temporary file under its directory.
-bool wait_for_temporary(const Sandbox& box) {
+// Waits (up to 20 s) until the run has started writing: a temporary file under its directory
+// (whose path contains `part`, when given).
+bool wait_for_temporary(const Sandbox& box, const std::string& part = "") {
   for (int i = 0; i < 2000; ++i) {
-    if (!box.temporaries_left().empty()) return true;
+    if (box.temporaries_left().find(part) != std::string::npos &&
+        !box.temporaries_left().empty())
+      return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return false;
@@ -353,8 +356,10 @@ INSTANTIATE_TEST_SUITE_P(
 // (PR_SET_PDEATHSIG), remove their temporary files and leave no process.
 TEST(StopKill, AKilledLauncherTakesItsWorkersWithIt) {
   Sandbox box("kill");
+  // The kill comes once the workers write their rank files: before they exist, a SIGKILL of
+  // the launcher could leave the metrics file it had just opened, and nothing can catch it.
   const RunResult r = box.run(words(kLongProc), {}, 60, [&](pid_t pid) {
-    wait_for_temporary(box);
+    wait_for_temporary(box, "out/rank");
     ::kill(pid, SIGKILL);
   });
   EXPECT_TRUE(r.signalled() || r.status == -1) << r.how();

@@ -1,4 +1,6 @@
 // parity model --flavor F: the layer pattern, where blocks open, the FQN table, the count.
+#include <ATen/core/ScalarType.h>
+
 #include <cstdio>
 #include <iostream>
 
@@ -13,6 +15,16 @@ std::string shape_text(const std::vector<int64_t>& s) {
   std::string out = "[";
   for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
   return out + "]";
+}
+
+// 22479088 -> "22,479,088".
+std::string grouped(int64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
 }
 
 int run_model(const std::string& name) {
@@ -38,15 +50,26 @@ int run_model(const std::string& name) {
               opens.c_str(), cfg.n_blocks());
 
   const auto specs = kernels::param_specs(cfg);
-  std::printf("\n%-48s %-18s %12s\n", "fqn", "shape", "numel");
-  for (const auto& s : specs)
-    std::printf("%-48s %-18s %12lld\n", s.fqn.c_str(), shape_text(s.shape).c_str(),
-                static_cast<long long>(s.numel()));
-  for (const auto& s : kernels::buffer_specs(cfg))
-    std::printf("%-48s %-18s %12s\n", s.fqn.c_str(), shape_text(s.shape).c_str(), "buffer");
+  std::printf("\n%-66s %-18s %10s  %s\n", "fqn (module order)", "shape", "numel", "kind");
+  for (const auto& e : kernels::module_entries(cfg)) {
+    int64_t n = 1;
+    for (auto d : e.shape) n *= d;
+    const char* kind = e.kind == kernels::ModuleEntry::Parameter ? "parameter"
+                       : e.kind == kernels::ModuleEntry::Buffer
+                           ? "buffer, fp32, in the state dict"
+                           : (e.dtype == at::kInt ? "buffer, int32, not in the state dict"
+                                                  : "buffer, fp32, not in the state dict");
+    std::printf("%-66s %-18s %10lld  %s\n", e.fqn.c_str(), shape_text(e.shape).c_str(),
+                static_cast<long long>(n), kind);
+  }
   const auto total = kernels::total_numel(specs);
-  std::printf("\ntotal parameters: %lld (%.2f M) in %zu tensors\n",
-              static_cast<long long>(total), total / 1e6, specs.size());
+  std::printf("\ntext parameters: %s (%.2f M) in %zu tensors\n", grouped(total).c_str(),
+              total / 1e6, specs.size());
+  if (cfg.name == "debugmodel")
+    std::printf("not modelled: the vision tower (vision_encoder.*, %s parameters; text batches "
+                "give it zero gradients), %s with it\n",
+                grouped(kernels::kDebugmodelVisionParams).c_str(),
+                grouped(total + kernels::kDebugmodelVisionParams).c_str());
   return 0;
 }
 }  // namespace

@@ -7,7 +7,8 @@ namespace parity::cli {
 
 void add_run_options(CLI::App& cmd, harness::RunOptions& o) {
   cmd.add_option("--flavor", o.flavor, "model flavor: debugmodel, tiny")->capture_default_str();
-  cmd.add_option("--dtype", o.dtype, "precision mode: fp32, bf16, fp64")->capture_default_str();
+  cmd.add_option("--dtype", o.dtype, "precision mode: fp32, bf16 (torchtitan's: bf16 parameters, gradients and "
+                 "optimizer states), bf16-master (fp32 masters, bf16 compute copies), fp64")->capture_default_str();
   cmd.add_option("--steps", o.steps, "optimizer steps")->capture_default_str()
       ->check(integer_in(1, harness::kMaxSteps));
   cmd.add_option("--dp", o.dp,
@@ -58,6 +59,19 @@ void add_run_options(CLI::App& cmd, harness::RunOptions& o) {
       ->check(real_in(0, harness::kMaxLr, /*lo_open=*/true));
   cmd.add_option("--warmup", o.warmup, "linear warmup steps")->capture_default_str()
       ->check(integer_in(0, harness::kMaxSteps));
+  cmd.add_option("--lr-schedule", o.lr_schedule,
+                 "wsd (torchtitan's: warmup, stable, linear decay to 0 over the last 80% of the "
+                 "steps) or constant (warmup, then the peak)")
+      ->capture_default_str();
+  cmd.add_flag("--no-expert-balance", o.no_expert_balance,
+               "keep the MoE expert bias at zero (no quantile balancing)");
+  cmd.add_option("--pseudo-query-init", o.pseudo_query_init,
+                 "AttnRes pseudo-queries: trunc-normal (std 0.02, the PR era) or zero")
+      ->capture_default_str();
+  cmd.add_option("--loss-chunks", o.loss_chunks,
+                 "the head's loss in N chunks along each sequence (torchtitan's "
+                 "ChunkedLossWrapper); 1: the plain loss")
+      ->capture_default_str()->check(integer_in(1, harness::kMaxSeqLen));
   cmd.add_option("--max-norm", o.max_norm, "clipping threshold on the total norm")
       ->capture_default_str()->check(real_in(0, 1e6, /*lo_open=*/true));
   cmd.add_flag("--reverse-microbatches", o.reverse_microbatches,

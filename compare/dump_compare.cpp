@@ -49,6 +49,10 @@ std::vector<CompareRow> compare_dumps(const dumps::Dump& A, const dumps::Dump& B
       jobs.push_back({step, "grads/" + fqn, &sa.grads.at(fqn), &sb.grads.at(fqn)});
       jobs.push_back({step, "params/" + fqn, &sa.params.at(fqn), &sb.params.at(fqn)});
     }
+    // The expert biases, where both dumps hold them (older dumps and models without MoE
+    // have none).
+    for (const auto& [fqn, a] : sa.buffers)
+      if (sb.buffers.count(fqn)) jobs.push_back({step, "buffers/" + fqn, &a, &sb.buffers.at(fqn)});
   }
   std::vector<CompareRow> rows(jobs.size());
   std::atomic<size_t> next{0};
@@ -69,6 +73,7 @@ int64_t compared_bytes(const dumps::Dump& a) {
     for (const auto& [k, v] : s.scalars) n += static_cast<int64_t>(v.bytes.size());
     for (const auto& [k, v] : s.grads) n += static_cast<int64_t>(v.bytes.size());
     for (const auto& [k, v] : s.params) n += static_cast<int64_t>(v.bytes.size());
+    for (const auto& [k, v] : s.buffers) n += static_cast<int64_t>(v.bytes.size());
   }
   return n;
 }

@@ -15,6 +15,8 @@
 //   /step_000001/mb_losses     [M]
 //   /step_000001/grads/<fqn>   the accumulated gradient before clipping (master dtype)
 //   /step_000001/params/<fqn>  the parameter after the step's update (master dtype)
+//   /step_000001/buffers/<fqn> the persistent buffers after the step (each MoE layer's expert
+//                              bias, fp32); in rank 0's file only (every rank holds them all)
 //   /step_000001/ledger/...    with --ledger: the contribution ledger (dumps/ledger_dump.h)
 // Written to a temporary name and renamed; a run that fails still leaves the steps it dumped,
 // with complete = 0.
@@ -82,6 +84,7 @@ struct StepDump {
   std::map<std::string, StoredTensor> scalars;  // "loss", "grad_norm", "mb_losses"
   std::vector<std::string> fqns;                // FQN order as written
   std::map<std::string, StoredTensor> grads, params;
+  std::map<std::string, StoredTensor> buffers;  // absent in dumps of models without MoE
 };
 
 struct Dump {

@@ -77,9 +77,10 @@ void read_file_into(const std::string& path, Dump& d, bool first) {
       const std::string g = "/" + child;
       for (const char* k : {"loss", "grad_norm", "mb_losses"})
         if (h5::exists(f, g + "/" + k) && !sd.scalars.count(k)) sd.scalars[k] = h5::read(f, g + "/" + k);
-      for (const char* kind : {"grads", "params"}) {
+      for (const char* kind : {"grads", "params", "buffers"}) {
         if (!h5::exists(f, g + "/" + kind)) continue;
-        auto& dst = std::string(kind) == "grads" ? sd.grads : sd.params;
+        const std::string k = kind;
+        auto& dst = k == "grads" ? sd.grads : k == "params" ? sd.params : sd.buffers;
         for (const auto& fqn : h5::list(f, g + "/" + kind)) {
           if (dst.count(fqn))
             throw DumpError("'" + path + "': " + kind + "/" + fqn + " of step " +

@@ -204,6 +204,11 @@ void DumpWriter::on_step(const kernels::StepRecord& r) {
     write_tensor(f, g + "/grads/" + names.at(i), (*r.grads)[i]);
     write_tensor(f, g + "/params/" + names.at(i), (*r.params)[i]);
   }
+  if (r.buffers && !r.buffers->empty() && (only_.empty() || rank_ == 0)) {
+    h5::create_group(f, g + "/buffers");
+    for (size_t i = 0; i < r.buffers->size(); ++i)
+      write_tensor(f, g + "/buffers/" + r.buffer_names->at(i), (*r.buffers)[i]);
+  }
   if (r.ledger) write_ledger(f, g + "/ledger", *r.ledger);
 }
 

@@ -14,6 +14,7 @@
 #include "harness/errors.h"
 #include "harness/run.h"
 #include "kernels/kda.h"
+#include "kernels/model.h"
 #include "kernels/params.h"
 #include "kernels/threads.h"
 
@@ -123,20 +124,19 @@ int bench_kda(const BenchOptions& o) {
   auto all = kernels::init_params(cfg, o.run.seed);
   int layer = 0;
   while (cfg.mixer(layer) != kernels::MixerKind::KDA) ++layer;
-  const std::string p = "layers." + std::to_string(layer) + ".attention.";
-  auto W = [&](const char* n) { return all.at(p + n).to(dt).requires_grad_(true); };
-  kernels::KdaWeights w{W("q_proj.weight"), W("k_proj.weight"), W("v_proj.weight"),
-                        W("q_conv.weight"), W("k_conv.weight"), W("v_conv.weight"),
-                        W("b_proj.weight"), W("f_a.weight"), W("f_b.weight"), W("A_log"),
-                        W("dt_bias"), W("o_norm.weight"), W("out_gate.weight"),
-                        W("o_proj.weight")};
+  std::vector<std::string> names;
+  std::vector<at::Tensor> copies;
+  for (size_t i = 0; i < all.size(); ++i) {
+    names.push_back(all.names()[i]);
+    copies.push_back(all[i].to(dt).requires_grad_(true));
+  }
+  const auto w = kernels::kda_weights(kernels::NamedTensors(names, copies), layer);
   auto gen = at::detail::createCPUGenerator(o.run.seed);
   auto x = at::empty({o.run.rows, o.run.seq_len, cfg.dim}).normal_(0, 1, gen).to(dt);
   x.requires_grad_(true);
   std::printf("%-12s %-6s %-10s %6s %12s\n", "flavor", "dtype", "kda", "T", "ms fwd+bwd");
   for (auto impl : {kernels::KdaImpl::Chunked, kernels::KdaImpl::Recurrent}) {
-    kernels::KdaDims d{cfg.n_heads, cfg.kda_head, cfg.kda_conv, cfg.kda_chunk, cfg.norm_eps,
-                       impl};
+    const auto d = kernels::kda_dims(cfg, impl);
     std::vector<double> t;
     for (int i = 0; i < o.warmup_steps + o.measured_steps; ++i) {
       const auto t0 = std::chrono::steady_clock::now();

@@ -35,6 +35,7 @@ kernels::ModelOptions model_options(const RunOptions& o) {
     m.kda = kernels::KdaImpl::Recurrent;
   else
     throw UsageError("unknown --kda '" + o.kda + "'; use chunked or recurrent");
+  m.loss_chunks = o.loss_chunks;
   return m;
 }
 
@@ -120,8 +121,19 @@ std::unique_ptr<datasets::TokenRows> load_rows(const RunOptions& o) {
   return std::make_unique<datasets::TokenRows>(std::move(file.ids), o.seq_len, shape);
 }
 
+kernels::InitOptions init_options(const std::string& pseudo_query_init) {
+  kernels::InitOptions io;
+  if (pseudo_query_init == "zero")
+    io.zero_pseudo_queries = true;
+  else if (pseudo_query_init != "trunc-normal")
+    throw UsageError("unknown --pseudo-query-init '" + pseudo_query_init +
+                     "'; use trunc-normal (the PR era's draw) or zero");
+  return io;
+}
+
 kernels::NamedTensors initial_params(const RunOptions& o, const kernels::ModelConfig& cfg) {
-  if (o.init_path.empty()) return kernels::init_params(cfg, o.seed);
+  const auto io = init_options(o.pseudo_query_init);
+  if (o.init_path.empty()) return kernels::init_params(cfg, o.seed, io);
   if (!std::filesystem::exists(o.init_path))
     throw UsageError("checkpoint '" + o.init_path + "' does not exist; write one with `parity "
                      "init --flavor " + cfg.name + " --out " + o.init_path + "`");
@@ -162,6 +174,19 @@ kernels::TrainConfig train_config(const RunOptions& o) {
   c.ledger_steps = o.ledger_steps;
   c.adamw.lr = o.lr;
   c.adamw.warmup_steps = o.warmup;
+  try {
+    c.adamw.schedule = kernels::parse_lr_schedule(o.lr_schedule);
+  } catch (const kernels::ConfigError&) {
+    throw UsageError("unknown --lr-schedule '" + o.lr_schedule +
+                     "'; use wsd (torchtitan's warmup, stable, linear decay) or constant");
+  }
+  c.adamw.total_steps = o.steps;
+  c.expert_balance = !o.no_expert_balance;
+  if (c.model.kind != kernels::ModelKind::Exact && o.seq_len % o.loss_chunks != 0)
+    throw UsageError("--loss-chunks " + std::to_string(o.loss_chunks) +
+                     " does not divide --seq-len " + std::to_string(o.seq_len) +
+                     " (the loss is chunked along the sequence, as torchtitan's "
+                     "ChunkedLossWrapper does); give a --seq-len it divides, or --loss-chunks 1");
   return c;
 }
 

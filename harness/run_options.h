@@ -45,6 +45,10 @@ struct RunOptions {
   std::string kda = "chunked";
   double lr = 8e-4;
   int warmup = 2;
+  std::string lr_schedule = "wsd";  // torchtitan's warmup-stable-decay, or "constant"
+  bool no_expert_balance = false;   // the expert bias stays at zero
+  std::string pseudo_query_init = "trunc-normal";  // the PR era's draw, or "zero"
+  int loss_chunks = 8;              // ChunkedLossWrapper's chunks; 1: the plain loss
   double max_norm = 1.0;
   bool reverse_microbatches = false;
   bool freeze_embedding = false;
@@ -72,8 +76,11 @@ kernels::ModelOptions model_options(const RunOptions& o);
 // seq_len + 1 tokens, checked to hold one step's rows.
 std::unique_ptr<datasets::TokenRows> load_rows(const RunOptions& o);
 
+// The initialisation's options (--pseudo-query-init).
+kernels::InitOptions init_options(const std::string& pseudo_query_init);
+
 // Master parameters: from --init if given (validated against the flavor), else a fresh
-// deterministic initialisation from --seed.
+// deterministic initialisation from --seed and --pseudo-query-init.
 kernels::NamedTensors initial_params(const RunOptions& o, const kernels::ModelConfig& cfg);
 
 kernels::TrainConfig train_config(const RunOptions& o);

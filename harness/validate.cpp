@@ -111,6 +111,7 @@ void check_faults(const kernels::ModelConfig& m, const pipelined::PipelineConfig
 std::unique_ptr<datasets::TokenRows> validate_run(const std::string& trainer, const RunOptions& o) {
   check_combinations(trainer, o);
   const auto cfg = train_config(o);  // flavor, dtype, device, clip order, the per-rank map
+  init_options(o.pseudo_query_init);
   if (trainer == "pipelined") {
     const auto pc = pipeline_config(o);
     pipelined::make_split(cfg.model, pc);  // refuses a bad split naming its first bad stage

@@ -36,6 +36,7 @@ ModelConfig flavor(const std::string& name) {
     c.top_k = 2;
     c.n_shared = 1;
     c.expert_hidden = 16;
+    c.latent_dim = 16;
     return c;
   }
   if (name == "k3shape") {

@@ -4,6 +4,7 @@
 // else (parameter shapes, FQNs, which layers open a block) is a pure function of it.
 #pragma once
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -23,6 +24,9 @@ enum class MixerKind { KDA, MLA };
 enum class ModelKind { BlockAttnRes, Exact };
 enum class FfnKind { Dense, MoE };
 
+// Every constant the forward pass depends on is named here, once. The values are torchtitan's
+// kimi_k3 debugmodel (models/kimi_k3/flavors.py, kda.py, moe.py; models/common/moe.py,
+// activation.py); `parity model` prints them.
 struct ModelConfig {
   std::string name;
   ModelKind kind = ModelKind::BlockAttnRes;
@@ -31,8 +35,9 @@ struct ModelConfig {
   int dim = 256;
   int n_heads = 4;
   int vocab = 2048;
-  double norm_eps = 1e-6;      // RMSNorm
-  double attn_res_eps = 1e-6;  // key normalisation inside the AttnRes read
+  // RMSNorm eps of every norm (flavors._norm), the AttnRes key normalisation included: the
+  // read normalises with its norm module's eps.
+  double norm_eps = 1e-5;
 
   // MLA
   int q_lora = 128;
@@ -44,14 +49,25 @@ struct ModelConfig {
   // KDA (key and value head dims are equal)
   int kda_head = 128;
   int kda_conv = 4;
-  int kda_chunk = 16;  // tokens per chunk of the chunked form ([C,C,K] work per chunk)
+  int kda_chunk = 16;             // tokens per chunk of the chunked form ([C,C,K] per chunk)
+  double kda_l2norm_eps = 1e-6;   // q, k: x / sqrt(sum x^2 + eps) (the kernel's l2norm)
+  double kda_gate_bound = -5.0;   // g = bound * sigmoid(exp(A_log) (raw + dt_bias))
+  double kda_output_eps = 1e-5;   // KimiRMSNormGated
 
-  // FFN
+  // FFN: SiTU-GLU everywhere, (beta tanh(g/beta) sigmoid(g)) (linear_beta tanh(u/linear_beta))
+  double situ_beta = 4.0;
+  double situ_linear_beta = 25.0;
   int dense_hidden = 512;  // layer 0
+  // Latent MoE (layers 1..): routed experts on a latent of latent_dim; shared experts (one
+  // SiTU-GLU of width n_shared * expert_hidden) on the full width.
   int n_experts = 8;
   int top_k = 2;
   int n_shared = 2;
   int expert_hidden = 128;
+  int latent_dim = 128;
+  double route_norm_eps = 1e-20;  // weights / (sum + eps)
+  double route_scale = 1.0;
+  int balance_bins = 1000;        // the quantile balancer's histogram
 
   // Exact flavors: added to the initial channel-1 constant of every layer. exact-wide uses
   // 2^25, so its activations need more than fp32's 24 significand bits (fp64 only).
@@ -65,7 +81,12 @@ struct ModelConfig {
   bool opens_block(int layer) const { return layer % layers_per_block == 0; }
   // Number of stack entries the output aggregation reads: one per committed block.
   int n_blocks() const { return (n_layers - 1) / layers_per_block + 1; }
+  bool has_moe() const { return kind == ModelKind::BlockAttnRes && n_layers > 1; }
 };
+
+// torchtitan's debugmodel also has a vision tower (vision_encoder.*) of this many parameters;
+// parity models the text model only.
+constexpr int64_t kDebugmodelVisionParams = 3297792;
 
 // Flavors: "debugmodel", "tiny", "k3shape", "exact", "exact-wide". Throws ConfigError naming the known ones.
 ModelConfig flavor(const std::string& name);

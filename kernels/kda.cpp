@@ -100,24 +100,28 @@ at::Tensor kda(const at::Tensor& x, const KdaWeights& w, const KdaDims& d) {
   const int64_t B = x.size(0), T = x.size(1), H = d.n_heads, K = d.head_dim;
   const auto stream = x.scalar_type();
   const auto acc = accum_dtype(stream);
-  auto heads = [&](const at::Tensor& t) {  // [B,T,H*K] -> [B,H,T,K] in acc
-    return t.view({B, T, H, K}).transpose(1, 2).to(acc);
+  auto heads = [&](const at::Tensor& t) {  // [B,T,H*K] -> [B,H,T,K]
+    return t.view({B, T, H, K}).transpose(1, 2);
   };
-  auto q = heads(at::silu(causal_depthwise_conv(project(x, w.q_proj), w.q_conv)));
-  auto k = heads(at::silu(causal_depthwise_conv(project(x, w.k_proj), w.k_conv)));
-  auto v = heads(at::silu(causal_depthwise_conv(project(x, w.v_proj), w.v_conv)));
-  q = l2_normalize(q) * (1.0 / std::sqrt(static_cast<double>(K)));
-  k = l2_normalize(k);
-  auto beta = at::sigmoid(project(x, w.b_proj).to(acc)).transpose(1, 2);       // [B,H,T]
-  auto f = project(project(x, w.f_a), w.f_b).to(acc) + w.dt_bias.to(acc);      // [B,T,H*K]
-  auto rate = w.A_log.to(acc).exp().repeat_interleave(K);                     // [H*K]
-  auto g = heads(-5.0 * at::sigmoid(rate * f));
+  auto conv = [&](const at::Tensor& proj, const at::Tensor& taps) {
+    return heads(at::silu(causal_depthwise_conv(project(x, proj), taps.select(1, 0))));
+  };
+  auto q = l2_normalize(conv(w.q_proj, w.q_conv), d.l2norm_eps).to(acc) *
+           (1.0 / std::sqrt(static_cast<double>(K)));
+  auto k = l2_normalize(conv(w.k_proj, w.k_conv), d.l2norm_eps).to(acc);
+  auto v = conv(w.v_proj, w.v_conv).to(acc);
+  auto beta = at::sigmoid(project(x, w.beta).to(acc)).transpose(1, 2);          // [B,H,T]
+  auto raw = project(project(x, w.forget_a), w.forget_b).to(acc) +
+             w.dt_bias.to(acc).reshape({H * K});                                 // [B,T,H*K]
+  auto rate = w.A_log.to(acc).exp().repeat_interleave(K);                       // [H*K]
+  auto g = heads(d.gate_bound * at::sigmoid(rate * raw));
 
   auto o = d.impl == KdaImpl::Chunked ? kda_chunked(q, k, v, g, beta, d.chunk)
-                                      : kda_recurrent(q, k, v, g, beta);     // [B,H,T,K]
-  o = rms_norm(o.transpose(1, 2), w.o_norm.to(acc), d.norm_eps).to(stream)   // per head
-          .reshape({B, T, H * K});
-  return project(o * at::sigmoid(project(x, w.out_gate)), w.o_proj);
+                                      : kda_recurrent(q, k, v, g, beta);       // [B,H,T,K]
+  o = o.to(stream).transpose(1, 2);                                              // [B,T,H,K]
+  auto gate = project(x, w.output_gate).view({B, T, H, K});
+  o = rms_norm_gated(o, gate, w.output_norm, d.output_eps).reshape({B, T, H * K});
+  return project(o, w.output_proj);
 }
 
 }  // namespace parity::kernels

@@ -36,28 +36,34 @@ enum class KdaImpl { Recurrent, Chunked };
 struct KdaDims {
   int64_t n_heads, head_dim, conv;
   int64_t chunk;
-  double norm_eps;
+  double l2norm_eps;   // q, k normalisation (ModelConfig::kda_l2norm_eps)
+  double gate_bound;   // g = bound * sigmoid(...) (ModelConfig::kda_gate_bound)
+  double output_eps;   // KimiRMSNormGated (ModelConfig::kda_output_eps)
   KdaImpl impl = KdaImpl::Chunked;
 };
 
+// Torchtitan's KDA parameters (kda.py), by their state-dict names.
 struct KdaWeights {
   at::Tensor q_proj, k_proj, v_proj;      // [H*K, D]
-  at::Tensor q_conv, k_conv, v_conv;      // [H*K, conv] causal depthwise taps
-  at::Tensor b_proj;                      // [H, D]
-  at::Tensor f_a, f_b;                    // [K, D], [H*K, K]
+  at::Tensor q_conv, k_conv, v_conv;      // [H*K, 1, conv] causal depthwise taps
+  at::Tensor beta;                        // [H, D]
+  at::Tensor forget_a, forget_b;          // [K, D], [H*K, K]
   at::Tensor A_log;                       // [H]
-  at::Tensor dt_bias;                     // [H*K]
-  at::Tensor o_norm;                      // [K] per-head RMSNorm weight
-  at::Tensor out_gate, o_proj;            // [H*K, D], [D, H*K]
+  at::Tensor dt_bias;                     // [H, K]
+  at::Tensor output_norm;                 // [K] KimiRMSNormGated weight
+  at::Tensor output_gate, output_proj;    // [H*K, D], [D, H*K]
 };
 
 // Causal depthwise convolution with taps w_CJ: y_t = sum_j w_j x_{t-J+1+j} (zero history).
 // x_BTC -> y_BTC. Written as J shifted multiply-adds in tap order (a fixed reduction order).
 at::Tensor causal_depthwise_conv(const at::Tensor& x_BTC, const at::Tensor& w_CJ);
 
-// The KDA mixer: projections, conv + SiLU, L2-normalised q and k (q scaled by K^-0.5),
-// beta = sigmoid(b(x)), g = -5 sigmoid(exp(A_log) (f_b(f_a(x)) + dt_bias)), the core in acc,
-// per-head RMSNorm of o times sigmoid(out_gate(x)), o_proj. x_BTD -> y_BTD.
+// The KDA mixer, as torchtitan's KDA / InnerKDA / KDAKernel compute it: the q, k, v
+// projections, each a causal depthwise conv + SiLU (stream dtype); q and k L2-normalised per
+// head in acc and cast back (the kernel's l2norm); beta = sigmoid(beta(x)) and
+// g = bound * sigmoid(exp(A_log) (forget_b(forget_a(x)) + dt_bias)) in acc; the core in acc
+// with q scaled by K^-0.5, its output cast to the stream dtype; KimiRMSNormGated with
+// output_gate(x); output_proj. x_BTD -> y_BTD.
 at::Tensor kda(const at::Tensor& x_BTD, const KdaWeights& w, const KdaDims& d);
 
 }  // namespace parity::kernels

@@ -9,6 +9,7 @@
 #include "kernels/mla.h"
 #include "kernels/moe.h"
 #include "kernels/ops.h"
+#include "kernels/precision.h"
 
 namespace parity::kernels {
 
@@ -20,51 +21,67 @@ LayerState Model::embed(const NamedTensors& w, const at::Tensor& tokens) const {
   return {x, stack};
 }
 
+KdaWeights kda_weights(const NamedTensors& w, int layer) {
+  const std::string p = "layers." + std::to_string(layer) + ".delta_attention.";
+  auto W = [&](const char* name) { return w.at(p + name); };
+  return {W("q_proj.weight"),      W("k_proj.weight"),     W("v_proj.weight"),
+          W("q_conv.weight"),      W("k_conv.weight"),     W("v_conv.weight"),
+          W("beta.weight"),        W("forget_a.weight"),   W("forget_b.weight"),
+          W("A_log"),              W("dt_bias"),           W("output_norm.weight"),
+          W("output_gate.weight"), W("output_proj.weight")};
+}
+
+KdaDims kda_dims(const ModelConfig& c, KdaImpl impl) {
+  return {c.n_heads,        c.kda_head,       c.kda_conv, c.kda_chunk, c.kda_l2norm_eps,
+          c.kda_gate_bound, c.kda_output_eps, impl};
+}
+
 namespace {
 
 at::Tensor run_mixer(const ModelConfig& c, const ModelOptions& o, int l, const NamedTensors& w,
                      const at::Tensor& x) {
-  const std::string p = "layers." + std::to_string(l) + ".attention.";
-  auto W = [&](const char* name) { return w.at(p + name); };
+  const std::string p = "layers." + std::to_string(l) + ".";
   if (c.mixer(l) == MixerKind::MLA) {
+    auto W = [&](const char* name) { return w.at(p + "attention." + name); };
     MlaWeights mw{W("wq_a.weight"), W("q_norm.weight"), W("wq_b.weight"), W("wkv_a.weight"),
                   W("kv_norm.weight"), W("wkv_b.weight"), W("gate.weight"), W("wo.weight")};
     MlaDims d{c.n_heads, c.q_lora, c.kv_lora, c.qk_nope, c.qk_rope, c.v_head, c.norm_eps};
     return mla(x, mw, d);
   }
-  KdaWeights kw{W("q_proj.weight"), W("k_proj.weight"), W("v_proj.weight"),
-                W("q_conv.weight"), W("k_conv.weight"), W("v_conv.weight"),
-                W("b_proj.weight"), W("f_a.weight"),    W("f_b.weight"),
-                W("A_log"),         W("dt_bias"),       W("o_norm.weight"),
-                W("out_gate.weight"), W("o_proj.weight")};
-  KdaDims d{c.n_heads, c.kda_head, c.kda_conv, c.kda_chunk, c.norm_eps, o.kda};
-  return kda(x, kw, d);
+  return kda(x, kda_weights(w, l), kda_dims(c, o.kda));
 }
 
 at::Tensor run_ffn(const ModelConfig& c, int l, const NamedTensors& w,
-                   const NamedTensors& buffers, const at::Tensor& x) {
+                   const NamedTensors& buffers, const at::Tensor& x, bool training) {
   const std::string p = "layers." + std::to_string(l) + ".";
   if (c.ffn(l) == FfnKind::Dense)
-    return swiglu(x, w.at(p + "feed_forward.w1.weight"), w.at(p + "feed_forward.w3.weight"),
-                  w.at(p + "feed_forward.w2.weight"));
+    return glu_ffn(x, w.at(p + "feed_forward.w13.weight"), w.at(p + "feed_forward.w2.weight"),
+                   c.situ_beta, c.situ_linear_beta);
+  auto W = [&](const char* name) { return w.at(p + "moe." + name); };
   MoeWeights mw;
-  mw.router = w.at(p + "moe.router.weight");
-  mw.w1 = w.at(p + "moe.experts.w1");
-  mw.w3 = w.at(p + "moe.experts.w3");
-  mw.w2 = w.at(p + "moe.experts.w2");
+  mw.gate = W("router.gate.weight");
+  mw.w13 = W("routed_experts.w13.weight");
+  mw.w2 = W("routed_experts.w2.weight");
   if (c.n_shared > 0) {
-    mw.shared_w1 = w.at(p + "moe.shared.w1.weight");
-    mw.shared_w3 = w.at(p + "moe.shared.w3.weight");
-    mw.shared_w2 = w.at(p + "moe.shared.w2.weight");
+    mw.shared_w13 = W("shared_experts.w13.weight");
+    mw.shared_w2 = W("shared_experts.w2.weight");
   }
-  mw.selection_bias = buffers.at(p + "moe.selection_bias");
-  return moe(x, mw, c.top_k);
+  mw.routed_down = W("routed_down.weight");
+  mw.routed_norm = W("routed_norm.weight");
+  mw.routed_up = W("routed_up.weight");
+  return moe(x, mw, moe_buffers(buffers, l), c, training);
+}
+
+// An AttnRes read: the pseudo-query is the [1, D] projection weight's one row.
+at::Tensor read(const ModelConfig& c, const ModelOptions& o, const at::Tensor& stack,
+                const at::Tensor& partial, const at::Tensor& proj_1D, const at::Tensor& norm_D) {
+  return attn_res(stack, partial, proj_1D.select(0, 0), norm_D, c.norm_eps, o.attn_res);
 }
 
 }  // namespace
 
 LayerState Model::layer(int l, const NamedTensors& w, const NamedTensors& buffers,
-                        const LayerState& in) const {
+                        const LayerState& in, bool training) const {
   const std::string p = "layers." + std::to_string(l) + ".";
   if (cfg_.kind == ModelKind::Exact)
     return exact_layer(cfg_, l, w.at(p + "add.weight"), w.at(p + "read.weight"), in);
@@ -73,38 +90,90 @@ LayerState Model::layer(int l, const NamedTensors& w, const NamedTensors& buffer
   at::Tensor x = in.x_BTD;
   at::Tensor stack = in.stack_BTND;
   if (stack.size(2) > 0)
-    x = attn_res(ledger_read(stack, p + "attn", l), prefix, w.at(p + "attn_res_proj.weight"),
-                 w.at(p + "attn_res_norm.weight"), cfg_.attn_res_eps, opts_.attn_res);
+    x = read(cfg_, opts_, ledger_read(stack, p + "attn", l), prefix,
+             w.at(p + "attention_res_proj.weight"), w.at(p + "attention_res_norm.weight"));
   if (opens)
     stack = at::cat({stack, ledger_commit(prefix, l / cfg_.layers_per_block, l).unsqueeze(2)}, 2);
   auto h = run_mixer(cfg_, opts_, l, w, rms_norm(x, w.at(p + "attention_norm.weight"),
                                                  cfg_.norm_eps));
   prefix = opens ? h : prefix + h;
-  h = attn_res(ledger_read(stack, p + "ffn", l), prefix, w.at(p + "ffn_res_proj.weight"),
-               w.at(p + "ffn_res_norm.weight"), cfg_.attn_res_eps, opts_.attn_res);
-  h = run_ffn(cfg_, l, w, buffers, rms_norm(h, w.at(p + "ffn_norm.weight"), cfg_.norm_eps));
+  h = read(cfg_, opts_, ledger_read(stack, p + "ffn", l), prefix, w.at(p + "ffn_res_proj.weight"),
+           w.at(p + "ffn_res_norm.weight"));
+  h = run_ffn(cfg_, l, w, buffers, rms_norm(h, w.at(p + "ffn_norm.weight"), cfg_.norm_eps),
+              training);
   return {prefix + h, stack};
 }
 
+at::Tensor Model::head_hidden(const NamedTensors& w, const LayerState& in) const {
+  auto h = read(cfg_, opts_, ledger_read(in.stack_BTND, "head", cfg_.n_layers), in.x_BTD,
+                w.at("output_res_proj.weight"), w.at("output_res_norm.weight"));
+  return rms_norm(h, w.at("norm.weight"), cfg_.norm_eps);
+}
+
 at::Tensor Model::head_logits(const NamedTensors& w, const LayerState& in) const {
-  auto h = attn_res(ledger_read(in.stack_BTND, "head", cfg_.n_layers), in.x_BTD,
-                    w.at("output_res_proj.weight"), w.at("output_res_norm.weight"),
-                    cfg_.attn_res_eps, opts_.attn_res);
-  return project(rms_norm(h, w.at("norm.weight"), cfg_.norm_eps), w.at("output.weight"));
+  return project(head_hidden(w, in), w.at("lm_head.weight"));
 }
 
-at::Tensor Model::head_loss_sum(const NamedTensors& w, const LayerState& in,
-                                const at::Tensor& labels) const {
-  if (cfg_.kind == ModelKind::Exact)
-    return exact_head_loss_sum(in, w.at("output.weight"), labels, cfg_.n_layers);
-  return cross_entropy_sum(head_logits(w, in), labels);
+HeadLoss Model::head_loss(const NamedTensors& w, const LayerState& in, const at::Tensor& labels,
+                          double n_global, bool training) const {
+  HeadLoss out;
+  if (cfg_.kind == ModelKind::Exact) {
+    auto l = exact_head_loss_sum(in, w.at("output.weight"), labels, cfg_.n_layers) / n_global;
+    out.loss_ = l.detach();
+    if (training) out.chunk_losses_.push_back(l);
+    return out;
+  }
+  auto hidden = head_hidden(w, in);  // [B,T,D]
+  const int64_t T = hidden.size(1), C = opts_.loss_chunks;
+  if (C < 1 || T % C != 0)
+    throw ConfigError("the chunked loss splits each micro-batch's sequence of " +
+                      std::to_string(T) + " tokens (--seq-len) into " + std::to_string(C) +
+                      " equal chunks; give a --seq-len that --loss-chunks divides, or "
+                      "--loss-chunks 1");
+  const auto& head = w.at("lm_head.weight");
+  const int64_t len = T / C;
+  auto total = at::zeros({}, hidden.options().dtype(accum_dtype(hidden.scalar_type())));
+  for (int64_t c = 0; c < C; ++c) {
+    // Chunk c is the tokens [c len, (c+1) len) of every row, [B, len, D], a fresh leaf.
+    auto chunk = hidden.narrow(1, c * len, len).contiguous().detach();
+    if (training) chunk.requires_grad_(true);
+    auto l = cross_entropy_sum(project(chunk, head), labels.narrow(1, c * len, len)) / n_global;
+    total = total + l.detach();
+    if (training) {
+      out.leaves_.push_back(chunk);
+      out.chunk_losses_.push_back(l);
+    }
+  }
+  out.loss_ = total;
+  if (training) out.hidden_ = hidden;
+  return out;
 }
 
-at::Tensor Model::loss_sum(const NamedTensors& w, const NamedTensors& buffers,
-                           const at::Tensor& tokens, const at::Tensor& labels) const {
+void HeadLoss::backward() {
+  if (leaves_.empty()) {  // the exact flavors' one loss
+    for (auto& l : chunk_losses_) l.backward();
+    chunk_losses_.clear();
+    return;
+  }
+  const auto acc = loss_.scalar_type();
+  std::vector<at::Tensor> grads;
+  for (size_t c = 0; c < chunk_losses_.size(); ++c) {
+    chunk_losses_[c].backward();
+    grads.push_back(leaves_[c].grad().to(acc));
+  }
+  // The chunks' gradients in place along the sequence, in acc, then cast once.
+  auto g = at::cat(grads, 1).to(hidden_.scalar_type());
+  chunk_losses_.clear();
+  leaves_.clear();
+  hidden_.backward(g);
+  hidden_ = at::Tensor();
+}
+
+HeadLoss Model::loss(const NamedTensors& w, const NamedTensors& buffers, const at::Tensor& tokens,
+                     const at::Tensor& labels, double n_global, bool training) const {
   auto s = embed(w, tokens);
-  for (int l = 0; l < cfg_.n_layers; ++l) s = layer(l, w, buffers, s);
-  return head_loss_sum(w, s, labels);
+  for (int l = 0; l < cfg_.n_layers; ++l) s = layer(l, w, buffers, s, training);
+  return head_loss(w, s, labels, n_global, training);
 }
 
 }  // namespace parity::kernels

@@ -1,23 +1,27 @@
-// The Block-AttnRes decoder (DESIGN.md section 4), as functions of named weights.
+// The Block-AttnRes decoder: torchtitan's kimi_k3 text model (DESIGN.md section 4,
+// K3_FACTS.md), as functions of named weights.
 //
 // The model owns no tensors: every call takes the weights (compute copies, by FQN) and the
 // buffers. This lets both trainers (and a pipeline stage holding a few units) drive the same
 // code. The units are the embedding, each layer and the head.
 //
-// Layer l (opens = l % lpb == 0):
+// Layer l (opens = l % lpb == 0), KimiK3TransformerBlock.forward:
 //   prefix = x
-//   if stack has entries: x = attn_res(stack, prefix, attn_res_proj, attn_res_norm)
+//   if stack has entries: x = attn_res(stack, prefix, attention_res_proj, attention_res_norm)
 //   if opens: stack = cat(stack, prefix)
-//   h = mixer(attention_norm(x))                  KDA or MLA
+//   h = mixer(attention_norm(x))                  KDA (delta_attention) or MLA (attention)
 //   prefix = h if opens else prefix + h
 //   h = attn_res(stack, prefix, ffn_res_proj, ffn_res_norm)
-//   h = ffn(ffn_norm(h))                          dense SwiGLU (layer 0) or MoE
+//   h = ffn(ffn_norm(h))                          SiTU-GLU FFN (layer 0) or the latent MoE
 //   return prefix + h, stack
-// Head: attn_res(stack, x, output_res_proj, output_res_norm) -> norm -> output (LM head).
+// Head: attn_res(stack, x, output_res_proj, output_res_norm) -> norm -> lm_head, the loss in
+// chunks of the tokens (ChunkedLossWrapper; HeadLoss below).
 // The exact flavors (kernels/exact.h) swap the layer and head for integer-valued ones.
 #pragma once
 
 #include <ATen/core/Tensor.h>
+
+#include <vector>
 
 #include "kernels/attn_res.h"
 #include "kernels/config.h"
@@ -29,12 +33,35 @@ namespace parity::kernels {
 struct ModelOptions {
   AttnResImpl attn_res = AttnResImpl::Recompute;
   KdaImpl kda = KdaImpl::Chunked;
+  int loss_chunks = 8;  // ChunkedLossWrapper's num_chunks; 1: the plain loss
 };
 
 struct LayerState {
   at::Tensor x_BTD;       // the running sum of the current block after the layer
   at::Tensor stack_BTND;  // the committed blocks, N >= 0
 };
+
+// One micro-batch's loss through the head, as torchtitan's ChunkedLossWrapper computes it: the
+// normed hidden states [B, T, D] split along the sequence into `chunks` equal [B, T/chunks, D]
+// pieces (the same token range of every row), each a detached leaf; per chunk lm_head, the summed cross-entropy (in acc) / n_global, added onto an acc zero in
+// chunk order. backward() runs each chunk's backward in order (lm_head's gradient accumulates
+// over the chunks in its own dtype), assembles the hidden gradient in acc, casts it to the
+// hidden's dtype and back-propagates it through the decoder once. With one chunk this is the
+// plain loss. (The exact flavors: their linear loss / n_global, one backward.)
+class HeadLoss {
+ public:
+  const at::Tensor& loss() const { return loss_; }  // detached, acc dtype
+  void backward();
+
+ private:
+  friend class Model;
+  at::Tensor loss_, hidden_;
+  std::vector<at::Tensor> leaves_, chunk_losses_;
+};
+
+// Layer `layer`'s KDA weights by their FQNs, and the flavor's KDA dimensions.
+KdaWeights kda_weights(const NamedTensors& w, int layer);
+KdaDims kda_dims(const ModelConfig& c, KdaImpl impl);
 
 class Model {
  public:
@@ -46,21 +73,26 @@ class Model {
   // tokens_BT (int64) -> the embedding output x_BTD and an empty stack [B,T,0,D].
   LayerState embed(const NamedTensors& w, const at::Tensor& tokens_BT) const;
 
-  // One transformer layer.
+  // One transformer layer. training: the router's balancer observes (kernels/moe.h) and its
+  // buffers accumulate; a forward-only pass selects without it.
   LayerState layer(int l, const NamedTensors& w, const NamedTensors& buffers,
-                   const LayerState& in) const;
+                   const LayerState& in, bool training = true) const;
 
-  // Output aggregation, final norm and LM head: logits_BTV in the stream dtype.
+  // Output aggregation and final norm: the hidden states the LM head reads, [B,T,D].
+  at::Tensor head_hidden(const NamedTensors& w, const LayerState& in) const;
+
+  // head_hidden, then lm_head: logits_BTV in the stream dtype (unchunked).
   at::Tensor head_logits(const NamedTensors& w, const LayerState& in) const;
 
-  // The head and the loss: the sum over the micro-batch's tokens of the cross-entropy (the
-  // exact flavors: their linear loss), a scalar in the accumulation dtype.
-  at::Tensor head_loss_sum(const NamedTensors& w, const LayerState& in,
-                           const at::Tensor& labels_BT) const;
+  // The micro-batch's loss l_m = (sum of its token losses) / n_global, chunked (HeadLoss).
+  // Throws ConfigError when T is not a multiple of the chunk count. training: keep what
+  // backward() needs.
+  HeadLoss head_loss(const NamedTensors& w, const LayerState& in, const at::Tensor& labels_BT,
+                     double n_global, bool training) const;
 
-  // The whole forward: embed, every layer, head_loss_sum.
-  at::Tensor loss_sum(const NamedTensors& w, const NamedTensors& buffers,
-                      const at::Tensor& tokens_BT, const at::Tensor& labels_BT) const;
+  // The whole forward: embed, every layer, head_loss.
+  HeadLoss loss(const NamedTensors& w, const NamedTensors& buffers, const at::Tensor& tokens_BT,
+                const at::Tensor& labels_BT, double n_global, bool training) const;
 
  private:
   ModelConfig cfg_;

@@ -45,6 +45,10 @@ struct StepRecord {
   const std::vector<at::Tensor>* grads = nullptr;   // accumulated, before clipping (FQN order)
   const std::vector<at::Tensor>* params = nullptr;  // master parameters after the update
   const Ledger* ledger = nullptr;  // ledger mode only: the step's contributions (ledger.h)
+  // The persistent buffers after the step, by name: each MoE layer's expert bias (the one the
+  // next step selects with). Empty for a model without MoE.
+  const std::vector<std::string>* buffer_names = nullptr;
+  const std::vector<at::Tensor>* buffers = nullptr;
 };
 
 class StepObserver {

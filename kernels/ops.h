@@ -15,9 +15,16 @@ at::Tensor rms_norm(const at::Tensor& x_sD, const at::Tensor& w_D, double eps);
 // y = x @ w^T. x_sI, w_OI -> y_sO.
 at::Tensor project(const at::Tensor& x_sI, const at::Tensor& w_OI);
 
-// w2(silu(w1 x) * w3 x). x_sD, w1_HD, w3_HD, w2_DH -> y_sD.
-at::Tensor swiglu(const at::Tensor& x_sD, const at::Tensor& w1_HD, const at::Tensor& w3_HD,
-                  const at::Tensor& w2_DH);
+// SiTU-GLU (models/common/activation.SiTUGLU), in acc, cast back to gate's dtype:
+//   (beta tanh(g / beta) sigmoid(g)) * (linear_beta tanh(u / linear_beta)).
+// gate_sH, up_sH -> h_sH.
+at::Tensor situ_glu(const at::Tensor& gate_sH, const at::Tensor& up_sH, double beta,
+                    double linear_beta);
+
+// The gated FFN: w2(SiTU-GLU(w13[0] x, w13[1] x)), the gate and up projections one GEMM.
+// x_sD, w13_2HD (stacked gate/up), w2_DH -> y_sD.
+at::Tensor glu_ffn(const at::Tensor& x_sD, const at::Tensor& w13_2HD, const at::Tensor& w2_DH,
+                   double beta, double linear_beta);
 
 // Row gather. tokens_BT (int64), w_VD -> x_BTD. Backward is an index_add in token order.
 at::Tensor embed_tokens(const at::Tensor& tokens_BT, const at::Tensor& w_VD);
@@ -26,7 +33,13 @@ at::Tensor embed_tokens(const at::Tensor& tokens_BT, const at::Tensor& w_VD);
 // logits_BTV (stream dtype), labels_BT (int64) -> scalar in acc dtype.
 at::Tensor cross_entropy_sum(const at::Tensor& logits_BTV, const at::Tensor& labels_BT);
 
-// x * rsqrt(sum(x^2, -1) + eps): unit L2 norm over the last dim.
-at::Tensor l2_normalize(const at::Tensor& x_sD, double eps = 1e-6);
+// x * (1 / sqrt(sum(x^2, -1) + eps)) in acc, cast back to x's dtype: unit L2 norm over the
+// last dim, as the KDA kernel's l2norm computes it.
+at::Tensor l2_normalize(const at::Tensor& x_sD, double eps);
+
+// KimiRMSNormGated: rms_norm(x, w) * sigmoid(gate), all in acc (x, w and gate upcast), cast
+// back to x's dtype. x_sK, gate_sK, w_K -> y_sK.
+at::Tensor rms_norm_gated(const at::Tensor& x_sK, const at::Tensor& gate_sK, const at::Tensor& w_K,
+                          double eps);
 
 }  // namespace parity::kernels

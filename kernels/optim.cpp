@@ -7,12 +7,38 @@
 #include <map>
 
 #include "kernels/config.h"
+#include "kernels/precision.h"
 
 namespace parity::kernels {
 
+LrSchedule parse_lr_schedule(const std::string& s) {
+  if (s == "wsd") return LrSchedule::WSD;
+  if (s == "constant") return LrSchedule::Constant;
+  throw ConfigError("unknown --lr-schedule '" + s + "'; use wsd or constant");
+}
+
+const char* to_string(LrSchedule s) { return s == LrSchedule::WSD ? "wsd" : "constant"; }
+
 double learning_rate(const AdamWConfig& c, int64_t step) {
-  if (c.warmup_steps <= 0) return c.lr;
-  return c.lr * std::min(1.0, static_cast<double>(step) / c.warmup_steps);
+  if (c.schedule == LrSchedule::Constant) {
+    if (c.warmup_steps <= 0) return c.lr;
+    return c.lr * std::min(1.0, static_cast<double>(step) / c.warmup_steps);
+  }
+  const int64_t steps = std::max<int64_t>(1, c.total_steps);
+  const int64_t warmup = std::min<int64_t>(std::max(0, c.warmup_steps), steps);
+  int64_t decay = static_cast<int64_t>(std::nearbyint(static_cast<double>(steps) * c.decay_ratio));
+  if (warmup + decay > steps) decay = steps - warmup;
+  const int64_t stable = steps + 1 - warmup - decay;  // a virtual last step keeps lr above 0
+  const int64_t current = step - 1;                    // LambdaLR's 0-based index
+  double factor;
+  if (current < warmup)
+    factor = static_cast<double>(current + 1) / static_cast<double>(warmup);
+  else if (current < warmup + stable || decay == 0)
+    factor = 1.0;
+  else
+    factor = 1.0 - static_cast<double>(current + 1 - warmup - stable) / static_cast<double>(decay);
+  factor = c.min_lr_factor + (1.0 - c.min_lr_factor) * factor;
+  return c.lr * factor;
 }
 
 AdamW::AdamW(AdamWConfig cfg, const std::vector<at::Tensor>& params) : cfg_(cfg) {
@@ -33,12 +59,19 @@ void AdamW::step(std::vector<at::Tensor>& params, const std::vector<at::Tensor>&
   for (size_t i = 0; i < params.size(); ++i) {
     if (i < frozen.size() && frozen[i]) continue;
     auto& p = params[i];
-    const auto& g = grads[i];
-    p.mul_(1.0 - lr * cfg_.weight_decay);
-    m_[i].lerp_(g, 1.0 - cfg_.beta1);
-    v_[i].mul_(cfg_.beta2).addcmul_(g, g, 1.0 - cfg_.beta2);
-    auto denom = (v_[i].sqrt() / bc2_sqrt).add_(cfg_.eps);
-    p.addcdiv_(m_[i], denom, -step_size);
+    const auto acc = accum_dtype(p.scalar_type());
+    // Read once in acc, update out of place, write once: a bf16 parameter or state is rounded
+    // once per step. The op sequence is torch's AdamW (decoupled decay as a multiply, lerp
+    // for the first moment, addcmul for the second, addcdiv for the update).
+    auto pa = p.to(acc), g = grads[i].to(acc), m = m_[i].to(acc), v = v_[i].to(acc);
+    pa = pa * (1.0 - lr * cfg_.weight_decay);
+    m = at::lerp(m, g, 1.0 - cfg_.beta1);
+    v = at::addcmul(v * cfg_.beta2, g, g, 1.0 - cfg_.beta2);
+    auto denom = at::sqrt(v) / bc2_sqrt + cfg_.eps;
+    pa = at::addcdiv(pa, m, denom, -step_size);
+    p.copy_(pa);
+    m_[i].copy_(m);
+    v_[i].copy_(v);
   }
 }
 
@@ -72,7 +105,10 @@ namespace {
 at::Tensor norm_of_norms(const std::vector<at::Tensor>& grads, const std::vector<size_t>& idx) {
   std::vector<at::Tensor> norms;
   norms.reserve(idx.size());
-  for (auto i : idx) norms.push_back(at::linalg_vector_norm(grads[i], 2));
+  for (auto i : idx) {
+    const auto acc = accum_dtype(grads[i].scalar_type());
+    norms.push_back(at::linalg_vector_norm(grads[i], 2, c10::nullopt, false, acc));
+  }
   return at::linalg_vector_norm(at::stack(norms), 2);
 }
 }  // namespace

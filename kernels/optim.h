@@ -8,21 +8,40 @@
 
 namespace parity::kernels {
 
+// The learning rate over the steps.
+//   wsd:      torchtitan's LRSchedulersContainer (linear_warmup_stable_decay, LambdaLR) with
+//             decay_ratio 0.8 and min_lr_factor 0: decay_steps = round(steps * 0.8) (to
+//             even; at most steps - warmup), stable = steps + 1 - warmup - decay. Step s uses
+//             the factor of c = s - 1: (c + 1) / warmup while c < warmup, 1 while
+//             c < warmup + stable, then 1 - (c + 1 - warmup - stable) / decay.
+//   constant: lr * min(1, s / warmup) (parity's schedule before it took torchtitan's).
+enum class LrSchedule { WSD, Constant };
+LrSchedule parse_lr_schedule(const std::string& s);  // "wsd" | "constant"
+const char* to_string(LrSchedule s);
+
 struct AdamWConfig {
   double lr = 8e-4;
-  int warmup_steps = 2;  // lr_s = lr * min(1, s / warmup) for 1-based step s; then constant
+  int warmup_steps = 2;
+  LrSchedule schedule = LrSchedule::WSD;
+  int64_t total_steps = 1;  // the run's steps (wsd's decay is a fraction of them)
+  double decay_ratio = 0.8;
+  double min_lr_factor = 0.0;
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
-  double weight_decay = 0.1;
+  double weight_decay = 0.1;  // on every parameter: torchtitan's one param group, pattern .*
 };
 
 double learning_rate(const AdamWConfig& c, int64_t step);
 
-// AdamW on master parameters (fp32, or fp64 in fp64 mode), one tensor at a time in FQN
-// order, torch's formulation:
-//   p *= 1 - lr*wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
-//   p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
+// AdamW on the parameters in their own dtype (bf16 in torchtitan's bf16 mode, fp32 masters,
+// fp64), moments in the parameter's dtype, one tensor at a time in FQN order. It follows torch's
+// fused AdamW (the implementation torchtitan's optimizer config names): every element is read,
+// updated in acc (fp32 for bf16) and written back once per step, so a bf16 parameter, m and v
+// are each rounded once per step. The op sequence, in acc:
+//   p *= 1 - lr*wd;  m = lerp(m, g, 1-b1);  v = b2 v + (1-b2) g*g
+//   p += -lr/(1-b1^t) * (m / (sqrt(v)/sqrt(1-b2^t) + eps))
+// For fp32 and fp64 parameters this is torch's single-tensor AdamW op for op.
 class AdamW {
  public:
   AdamW(AdamWConfig cfg, const std::vector<at::Tensor>& params);
@@ -64,8 +83,11 @@ enum class ClipOrder { Single, PerRank };
 ClipOrder parse_clip_order(const std::string& s);  // "single" | "per-rank"
 const char* to_string(ClipOrder o);
 
-// The total norm, in the gradients' dtype (fp32, or fp64 in fp64 mode). rank_of[i] is the
-// pipeline rank that owns parameter i (used by per-rank only; ranks numbered from 0).
+// The total norm in acc (fp32; fp64 in fp64 mode): each parameter's norm accumulated and
+// returned in acc, then the norm of those norms. For bf16 gradients this is the seed's "total
+// grad norm in fp32" (torch's get_total_norm would return each norm in bf16 and take the norm
+// of norms in bf16, at bf16's 3 significant digits). rank_of[i] is the pipeline rank that owns parameter i (used by
+// per-rank only; ranks numbered from 0).
 at::Tensor total_grad_norm(const std::vector<at::Tensor>& grads, ClipOrder order,
                            const std::vector<int>& rank_of);
 

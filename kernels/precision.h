@@ -1,10 +1,14 @@
 // Precision modes (DESIGN.md section 3).
 //
-//   fp32: master parameters fp32, compute fp32.
-//   bf16: master parameters fp32; bf16 compute copies made once per step; the numerically
-//         delicate parts (RMSNorm statistics, AttnRes internals, the KDA recurrence, the MoE
-//         router, cross-entropy) run in fp32 and cast back to the stream dtype.
-//   fp64: everything fp64 (the truth run).
+//   fp32:        master parameters fp32, compute fp32.
+//   bf16:        torchtitan's training.dtype = "bfloat16": parameters, gradients and AdamW
+//                states in bf16, no fp32 copy (the seed's tables).
+//   bf16-master: fp32 master parameters; bf16 compute copies made once per step (what FSDP
+//                mixed precision does).
+//   fp64:        everything fp64 (the truth run).
+// In both bf16 modes the numerically delicate parts (RMSNorm statistics, AttnRes internals,
+// the KDA recurrence and gate, the router, SiTU-GLU, the loss) run in fp32 and cast back to
+// the stream dtype.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -13,14 +17,15 @@
 
 namespace parity::kernels {
 
-enum class Precision { FP32, BF16, FP64 };
+enum class Precision { FP32, BF16, BF16Master, FP64 };
 
-// "fp32" | "bf16" | "fp64"; throws ConfigError otherwise.
+// "fp32" | "bf16" | "bf16-master" | "fp64"; throws ConfigError otherwise.
 Precision parse_precision(const std::string& s);
 const char* to_string(Precision p);
 
 at::ScalarType compute_dtype(Precision p);  // the stream dtype
-at::ScalarType master_dtype(Precision p);   // fp32, or fp64 in fp64 mode
+at::ScalarType master_dtype(Precision p);   // the parameters' own dtype
+bool is_bf16(Precision p);                  // bf16 compute (either bf16 mode)
 
 // The dtype the "fp32 internals" of an op run in for a stream of dtype `t`:
 // bf16 and fp32 -> fp32, fp64 -> fp64.

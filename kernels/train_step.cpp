@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "kernels/config.h"
+#include "kernels/moe.h"
 #include "kernels/threads.h"
 
 namespace parity::kernels {
@@ -15,7 +16,7 @@ GradAccum parse_grad_accum(const std::string& s) {
 }
 
 std::string effective_grad_accum(const TrainConfig& c) {
-  if (c.precision != Precision::BF16) return "fp32";  // the two modes coincide
+  if (!is_bf16(c.precision)) return "fp32";  // the two modes coincide
   return c.grad_accum == GradAccum::FP32 ? "fp32" : "bf16";
 }
 
@@ -53,8 +54,7 @@ NamedTensors make_masters(const TrainConfig& cfg, const NamedTensors& init) {
 NamedTensors make_buffers(const TrainConfig& cfg) {
   auto bufs = init_buffers(cfg.model);
   std::vector<at::Tensor> out;
-  for (const auto& t : bufs.tensors())
-    out.push_back(t.to(at::Device(cfg.device), compute_dtype(cfg.precision)));
+  for (const auto& t : bufs.tensors()) out.push_back(t.to(at::Device(cfg.device)));
   return NamedTensors(bufs.names(), out);
 }
 
@@ -78,21 +78,22 @@ std::vector<at::Tensor> make_compute_copies(const TrainConfig& cfg, const NamedT
 
 GradAccumulator::GradAccumulator(const TrainConfig& cfg, const NamedTensors& master,
                                  std::vector<at::Tensor>& compute)
-    : in_master_(effective_grad_accum(cfg) == "fp32"),
+    : in_buffer_(effective_grad_accum(cfg) == "fp32"),
+      buffer_dtype_(accum_dtype(compute_dtype(cfg.precision))),
       master_(master),
       compute_(compute),
       acc_(master.size()) {}
 
 void GradAccumulator::after_backward(const std::vector<size_t>& params) {
-  if (!in_master_) return;
+  if (!in_buffer_) return;
   for (size_t i : params) {
     auto& g = compute_[i].mutable_grad();
     if (!g.defined()) continue;
-    auto gm = g.to(master_[i].scalar_type());
+    auto gb = g.to(buffer_dtype_);
     if (acc_[i].defined())
-      acc_[i].add_(gm);
+      acc_[i].add_(gb);
     else
-      acc_[i] = g.scalar_type() == gm.scalar_type() ? gm.clone() : gm;
+      acc_[i] = g.scalar_type() == buffer_dtype_ ? gb.clone() : gb;
     g.reset();
   }
 }
@@ -101,10 +102,11 @@ std::vector<at::Tensor> GradAccumulator::finish() {
   std::vector<at::Tensor> out(master_.size());
   for (size_t i = 0; i < out.size(); ++i) {
     auto& g = compute_[i].mutable_grad();
+    const auto mdt = master_[i].scalar_type();
     if (acc_[i].defined())
-      out[i] = acc_[i];
+      out[i] = acc_[i].to(mdt);
     else if (g.defined())
-      out[i] = g.to(master_[i].scalar_type());
+      out[i] = g.scalar_type() == mdt ? g.clone() : g.to(mdt);
     else
       out[i] = at::zeros_like(master_[i]);
     g.reset();
@@ -117,7 +119,7 @@ Optimizer make_optimizer(const TrainConfig& cfg, const NamedTensors& master) {
 }
 
 void finish_step(const TrainConfig& cfg, int64_t step, Optimizer& optimizer, NamedTensors& master,
-                 std::vector<at::Tensor> grads, const at::Tensor& loss,
+                 NamedTensors& buffers, std::vector<at::Tensor> grads, const at::Tensor& loss,
                  const std::vector<at::Tensor>& mb_losses, int64_t tokens,
                  std::chrono::steady_clock::time_point t0, StepObserver& observer,
                  const Ledger* ledger) {
@@ -128,6 +130,10 @@ void finish_step(const TrainConfig& cfg, int64_t step, Optimizer& optimizer, Nam
 
   auto norm = total_grad_norm(grads, cfg.clip_order, cfg.param_rank);
   clip_grads(grads, norm, cfg.max_norm);
+  if (cfg.expert_balance)
+    update_expert_biases(cfg.model, buffers);
+  else
+    clear_expert_counts(cfg.model, buffers);
   std::vector<bool> frozen(master.size(), false);
   if (cfg.freeze_embedding && master.contains(kEmbeddingFqn))
     frozen[master.index_of(kEmbeddingFqn)] = true;
@@ -141,10 +147,19 @@ void finish_step(const TrainConfig& cfg, int64_t step, Optimizer& optimizer, Nam
   rec.mb_losses = mb_losses;
   rec.tokens = tokens;
   rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<std::string> buffer_names;
+  std::vector<at::Tensor> persistent;
   if (keep) {
     rec.grads = &grads_before_clip;
     rec.params = &master.tensors();
     rec.ledger = ledger;
+    for (const auto& b : buffer_specs(cfg.model))
+      if (b.persistent) {
+        buffer_names.push_back(b.fqn);
+        persistent.push_back(buffers.at(b.fqn));
+      }
+    rec.buffer_names = &buffer_names;
+    rec.buffers = &persistent;
   }
   observer.on_step(rec);
 }

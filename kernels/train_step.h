@@ -20,6 +20,13 @@
 
 namespace parity::kernels {
 
+// Gradient accumulation over the micro-batches (DESIGN.md section 3).
+//   bf16 (Auto in both bf16 modes): in the compute dtype over the micro-batches, converted to
+//        the parameters' dtype once, after the last (what a stage does when the gradient sync
+//        waits for the last micro-batch; the seed's NOSYNC reference).
+//   fp32: each micro-batch's gradients added into an fp32 buffer (fp64 in fp64 mode) right
+//        after its backward, converted to the parameters' dtype after the last (a sync on
+//        every micro-batch: the seed's stock accumulation).
 enum class GradAccum { Auto, BF16, FP32 };
 GradAccum parse_grad_accum(const std::string& s);  // "auto" | "bf16" | "fp32"
 
@@ -50,6 +57,10 @@ struct TrainConfig {
     return ledger && (ledger_steps.empty() ||
                       std::find(ledger_steps.begin(), ledger_steps.end(), step) != ledger_steps.end());
   }
+  // torchtitan's quantile-balanced expert bias (kernels/moe.h): the histograms collected in
+  // every training forward, the bias overwritten once per step after clipping and before the
+  // update. Off: the bias stays at zero.
+  bool expert_balance = true;
   OptimizerKind optimizer = OptimizerKind::AdamW;
   AdamWConfig adamw;
   double sgd_lr = 1.0;  // SGD's constant rate
@@ -69,7 +80,7 @@ RunInfo make_run_info(const TrainConfig& cfg, const std::string& trainer, int64_
                       const std::vector<std::string>& fqns);
 
 // Master parameters on the run's device in the master dtype (copies of `init`), and the
-// buffers in the compute dtype.
+// buffers (each in its own dtype).
 NamedTensors make_masters(const TrainConfig& cfg, const NamedTensors& init);
 NamedTensors make_buffers(const TrainConfig& cfg);
 
@@ -77,7 +88,8 @@ NamedTensors make_buffers(const TrainConfig& cfg);
 void prepare_run(const TrainConfig& cfg);
 
 // Compute copies of the master parameters, made once per step: the masters themselves
-// (detached) in fp32/fp64 modes, a bf16 copy in bf16 mode; all require grad.
+// (detached) where they are in the compute dtype (fp32, fp64, bf16), a bf16 copy in
+// bf16-master; all require grad.
 // With freeze_embedding the embedding's copy does not require grad.
 std::vector<at::Tensor> make_compute_copies(const TrainConfig& cfg, const NamedTensors& master);
 
@@ -92,16 +104,19 @@ class GradAccumulator {
   std::vector<at::Tensor> finish();  // master-dtype gradients in FQN order
 
  private:
-  bool in_master_;
+  bool in_buffer_;             // fp32 mode: each backward's gradient moves into acc_
+  at::ScalarType buffer_dtype_;
   const NamedTensors& master_;
   std::vector<at::Tensor>& compute_;
   std::vector<at::Tensor> acc_;
 };
 
 // The end of a step, identical in both trainers: logged loss = stack(mb_losses).sum() (one
-// reduction), total norm in the configured order, clipping, the update, the observer's record.
+// reduction), total norm in the configured order, clipping, the expert-bias update (the
+// optimizer's step pre-hook), the update, the observer's record. `buffers` must hold every
+// MoE layer's summed histogram by then.
 void finish_step(const TrainConfig& cfg, int64_t step, Optimizer& optimizer, NamedTensors& master,
-                 std::vector<at::Tensor> grads, const at::Tensor& loss,
+                 NamedTensors& buffers, std::vector<at::Tensor> grads, const at::Tensor& loss,
                  const std::vector<at::Tensor>& mb_losses, int64_t tokens,
                  std::chrono::steady_clock::time_point t0, StepObserver& observer,
                  const Ledger* ledger = nullptr);

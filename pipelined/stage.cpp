@@ -119,14 +119,15 @@ void StageRunner::forward(int mb) {
     sv.stack_leaf = stack.detach().requires_grad_(ctx_->training && !cols.empty());
     state = {sv.h_leaf, sv.stack_leaf};
   }
-  for (int l : split.layers(stage_)) state = model.layer(l, *ctx_->weights, *ctx_->buffers, state);
+  for (int l : split.layers(stage_)) state = model.layer(l, *ctx_->weights, *ctx_->buffers, state, ctx_->training);
 
   if (ctx_->cache)
     for (int b : r.stores) store.put(mb, b, state.stack_BTND.select(2, b).detach());
 
   if (split.has_head(stage_)) {
-    sv.loss = model.head_loss_sum(*ctx_->weights, state, ctx_->labels[mb]) / ctx_->n_global;
-    losses_[mb] = sv.loss.detach();
+    sv.loss = model.head_loss(*ctx_->weights, state, ctx_->labels[mb], ctx_->n_global,
+                              ctx_->training);
+    losses_[mb] = sv.loss.loss();
   } else {
     std::vector<at::Tensor> payload{state.x_BTD};
     if (!send_blocks().empty()) payload.push_back(columns(state.stack_BTND, send_blocks()));
@@ -153,8 +154,7 @@ void StageRunner::backward(int mb) {
 
   std::vector<at::Tensor> roots, grads;
   if (last()) {
-    roots.push_back(sv.loss);
-    grads.push_back(at::Tensor());
+    sv.loss.backward();  // the chunks, then one backward through the stage
   } else {
     const auto& sent = send_blocks();
     auto msg = ctx_->transport->recv(ctx_->tables->rank_of(stage_ + 1),

@@ -4,8 +4,8 @@
 //   * assemble the entry stack in block order: columns the rank's store holds (cached) are
 //     read from the store, the rest arrive over the wire as the delta, in block order;
 //   * the hidden state and the assembled stack become fresh autograd leaves;
-//   * run the stage's units (embedding, layers, head); the head stage's loss is
-//     loss_sum / N_global for the micro-batch;
+//   * run the stage's units (embedding, layers, head); the head stage's loss is the
+//     micro-batch's loss_sum / N_global, chunked as in the reference (kernels::HeadLoss);
 //   * cached: put what it received or committed into the store;
 //   * send (hidden, out-stack columns the next rank lacks), dense, in block order;
 //   * release the micro-batch from the store after the rank's last stage forward.
@@ -13,7 +13,8 @@
 //   * the incoming gradient of each out-stack column is the wire gradient (if sent), plus,
 //     for blocks this stage stored, the deposits of the later stages on its rank that read them
 //     (wire first, then deposits in deposit order); the deposit count is checked;
-//   * one autograd backward from (hidden out, stack out) or the loss: parameter gradients
+//   * one autograd backward from (hidden out, stack out), or the head stage's chunked loss
+//     backward (each chunk, then one backward from the hidden state): parameter gradients
 //     accumulate in .grad, the leaves receive the stage's input gradients;
 //   * the leaf gradient's wire columns go back dense, in wire order; its store columns become
 //     deposits in the store.
@@ -86,7 +87,7 @@ class StageRunner {
   struct Saved {
     at::Tensor h_leaf, stack_leaf;  // inputs (undefined on the embedding stage)
     at::Tensor out_x, out_stack;    // outputs
-    at::Tensor loss;                // the head stage's l_m
+    kernels::HeadLoss loss;         // the head stage's l_m, chunked
   };
 
   int stage_;

@@ -221,7 +221,10 @@ void PipelinedTrainer::step(int64_t s, kernels::StepObserver& observer) {
     execute(ctx, training_orders(schedule_), &acc, replica_losses[r]);
     replica_grads[r] = acc.finish();
   }
-  if (pc_.comm) share_replicas(replica_grads, replica_losses);
+  if (pc_.comm) {
+    share_replicas(replica_grads, replica_losses);
+    share_counts();
+  }
 
   std::vector<at::Tensor> grads, mb_losses;
   at::Tensor loss;
@@ -234,7 +237,7 @@ void PipelinedTrainer::step(int64_t s, kernels::StepObserver& observer) {
       for (size_t i = 0; i < grads.size(); ++i) grads[i].add_(replica_grads[r][i]);
     mb_losses.insert(mb_losses.end(), replica_losses[r].begin(), replica_losses[r].end());
   }
-  kernels::finish_step(cfg_, s, optimizer_, master_, std::move(grads), loss, mb_losses, n_global,
+  kernels::finish_step(cfg_, s, optimizer_, master_, buffers_, std::move(grads), loss, mb_losses, n_global,
                        t0, observer, cfg_.ledger_on(s) ? &ledger_ : nullptr);
 }
 
@@ -267,6 +270,27 @@ void PipelinedTrainer::share_replicas(std::vector<std::vector<at::Tensor>>& grad
     }
   }
   share_losses(losses);
+}
+
+void PipelinedTrainer::share_counts() {
+  // The balancer's histograms and token counts: each MoE layer's on the pp rank that owns it,
+  // one per replica. Every rank ends with their sum over the replicas, added in replica order
+  // (integers: exact in any order), as the in-process trainer's shared buffers hold it.
+  auto& comm = *pc_.comm;
+  const auto specs = kernels::buffer_specs(cfg_.model);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].persistent) continue;
+    const int owner = split_.stage_of_unit(specs[i].unit) % pc_.pp;
+    auto& mine = buffers_[i];
+    at::Tensor total;
+    for (int r = 0; r < cfg_.dp; ++r) {
+      const int root = r * pc_.pp + owner;
+      auto buf = comm.rank() == root ? mine.clone() : at::zeros_like(mine);
+      comm.broadcast(buf, root);
+      total = r == 0 ? buf : total + buf;
+    }
+    mine.copy_(total);
+  }
 }
 
 void PipelinedTrainer::share_losses(std::vector<std::vector<at::Tensor>>& losses) {

@@ -84,6 +84,8 @@ class PipelinedTrainer {
   void share_replicas(std::vector<std::vector<at::Tensor>>& grads,
                       std::vector<std::vector<at::Tensor>>& losses);
   void share_losses(std::vector<std::vector<at::Tensor>>& losses);
+  // Multi-process: every rank's buffers get the expert balancer's counts summed over replicas.
+  void share_counts();
   void execute(StepContext& ctx, const std::vector<std::vector<Action>>& orders,
                kernels::GradAccumulator* acc, std::vector<at::Tensor>& losses);
 

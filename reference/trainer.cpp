@@ -55,8 +55,8 @@ std::vector<at::Tensor> ReferenceTrainer::forward_only(int64_t s) {
   for (int r = 0; r < cfg_.dp; ++r)
     for (int m = 0; m < cfg_.microbatches; ++m) {
       auto [tok, lab] = microbatch(s, r, m);
-      losses.push_back(model_.loss_sum(weights, buffers_, tok, lab) /
-                       static_cast<double>(n_global));
+      losses.push_back(
+          model_.loss(weights, buffers_, tok, lab, static_cast<double>(n_global), false).loss());
     }
   return losses;
 }
@@ -84,9 +84,9 @@ void ReferenceTrainer::step(int64_t s, kernels::StepObserver& observer) {
       auto [tok, lab] = microbatch(s, r, m);
       std::optional<kernels::LedgerScope> scope;
       if (cfg_.ledger_on(s)) scope.emplace(&ledger_, r * cfg_.microbatches + m);
-      auto l_m = model_.loss_sum(weights, buffers_, tok, lab) / static_cast<double>(n_global);
+      auto l_m = model_.loss(weights, buffers_, tok, lab, static_cast<double>(n_global), true);
       l_m.backward();
-      replica_losses.push_back(l_m.detach());
+      replica_losses.push_back(l_m.loss());
       acc.after_backward(all);
     }
     auto replica_grads = acc.finish();
@@ -98,7 +98,7 @@ void ReferenceTrainer::step(int64_t s, kernels::StepObserver& observer) {
       for (size_t i = 0; i < P; ++i) grads[i].add_(replica_grads[i]);
     for (auto& l : replica_losses) mb_losses.push_back(l);
   }
-  kernels::finish_step(cfg_, s, optimizer_, master_, std::move(grads), loss, mb_losses, n_global,
+  kernels::finish_step(cfg_, s, optimizer_, master_, buffers_, std::move(grads), loss, mb_losses, n_global,
                        t0, observer, cfg_.ledger_on(s) ? &ledger_ : nullptr);
 }
 

@@ -123,7 +123,7 @@ std::vector<std::string> row_kinds(const Cell& c, const Cell* ref) {
   if (!ref) k.insert("reference");
   if (c.pipelined() && c.cache == "off" && c.vp > 1) k.insert("naive");
   if (!c.split.empty()) k.insert("split");
-  if (c.grad_accum == "fp32" && c.dtype == "bf16") k.insert("stock");
+  if (c.grad_accum == "fp32" && c.dtype != "fp32" && c.dtype != "fp64") k.insert("stock");
   if (c.reverse_microbatches) k.insert("reversed");
   if (ref && c.train_args() == ref->train_args()) k.insert("repeat");
   if (c.clip_order == "per-rank") k.insert("per-rank");

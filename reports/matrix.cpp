@@ -55,7 +55,10 @@ std::vector<std::string> Cell::train_args() const {
                                 "--dp",           std::to_string(dp),
                                 "--clip-order",   clip_order,
                                 "--grad-accum",   grad_accum,
+                                "--lr-schedule",  lr_schedule,
+                                "--loss-chunks",  std::to_string(loss_chunks),
                                 "--device",       device};
+  if (!expert_balance) a.push_back("--no-expert-balance");
   // The reference takes pp and vp too: its per-rank clip order reads the layout from them.
   if (pipelined() || clip_order == "per-rank")
     for (const std::string& s : {std::string("--pp"), std::to_string(pp), std::string("--vp"),
@@ -160,7 +163,7 @@ const std::map<std::string, Setter>& setters() {
       {"label", [](Cell& c, auto& n, auto& p) { c.label = get_string(n, p); }},
       {"trainer", [](Cell& c, auto& n, auto& p) { c.trainer = one_of(n, p, {"reference", "pipelined"}); }},
       {"flavor", [](Cell& c, auto& n, auto& p) { c.flavor = get_string(n, p); }},
-      {"dtype", [](Cell& c, auto& n, auto& p) { c.dtype = one_of(n, p, {"fp32", "bf16", "fp64"}); }},
+      {"dtype", [](Cell& c, auto& n, auto& p) { c.dtype = one_of(n, p, {"fp32", "bf16", "bf16-master", "fp64"}); }},
       {"steps", [](Cell& c, auto& n, auto& p) { c.steps = get_int(n, p, 1); }},
       {"microbatches", [](Cell& c, auto& n, auto& p) { c.microbatches = get_small(n, p, 1); }},
       {"rows", [](Cell& c, auto& n, auto& p) { c.rows = get_small(n, p, 1); }},
@@ -176,6 +179,9 @@ const std::map<std::string, Setter>& setters() {
       {"split", [](Cell& c, auto& n, auto& p) { c.split = get_string(n, p); }},
       {"clip_order", [](Cell& c, auto& n, auto& p) { c.clip_order = one_of(n, p, {"single", "per-rank"}); }},
       {"grad_accum", [](Cell& c, auto& n, auto& p) { c.grad_accum = one_of(n, p, {"auto", "bf16", "fp32"}); }},
+      {"lr_schedule", [](Cell& c, auto& n, auto& p) { c.lr_schedule = one_of(n, p, {"wsd", "constant"}); }},
+      {"expert_balance", [](Cell& c, auto& n, auto& p) { c.expert_balance = get_bool(n, p); }},
+      {"loss_chunks", [](Cell& c, auto& n, auto& p) { c.loss_chunks = get_small(n, p, 1); }},
       {"reverse_microbatches", [](Cell& c, auto& n, auto& p) { c.reverse_microbatches = get_bool(n, p); }},
       {"reference", [](Cell& c, auto& n, auto& p) { c.reference = get_string(n, p); }},
       {"device", [](Cell& c, auto& n, auto& p) { c.device = one_of(n, p, {"cpu", "cuda"}); }},
@@ -232,7 +238,8 @@ std::string default_label(const Cell& c, const Cell* ref) {
   } else {
     s = "dp" + std::to_string(c.dp);
   }
-  if (c.grad_accum == "fp32" && c.dtype == "bf16") s += ", stock accumulation";
+  if (c.grad_accum == "fp32" && c.dtype != "fp32" && c.dtype != "fp64")
+    s += ", stock accumulation";
   if (c.reverse_microbatches) s += ", micro-batches reversed";
   if (c.clip_order == "per-rank") s += ", per-rank clip";
   if (c.nproc > 0) s += ", " + std::to_string(c.nproc) + " processes";

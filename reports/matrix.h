@@ -71,6 +71,9 @@ struct Cell {
   std::string split;
   std::string clip_order = "single";
   std::string grad_accum = "auto";
+  std::string lr_schedule = "wsd";
+  bool expert_balance = true;
+  int loss_chunks = 8;
   bool reverse_microbatches = false;
   std::string device = "cpu";
   std::string reference;  // "" = a reference

@@ -11,6 +11,7 @@
 #include "datasets/rows.h"
 #include "kernels/config.h"
 #include "kernels/params.h"
+#include "kernels/precision.h"
 
 namespace parity::testing {
 
@@ -21,6 +22,14 @@ inline datasets::TokenRows synthetic_rows(int64_t seq_len, int64_t rows, uint32_
   std::vector<int32_t> stream(static_cast<size_t>(rows * (seq_len + 1)));
   for (auto& t : stream) t = id(rng);
   return datasets::TokenRows(std::move(stream), seq_len, rows);
+}
+
+// A precision mode as a test-name part ("bf16-master" -> "bf16_master": gtest names take no '-').
+inline std::string test_name(kernels::Precision p) {
+  std::string s = kernels::to_string(p);
+  for (auto& c : s)
+    if (c == '-') c = '_';
+  return s;
 }
 
 inline kernels::NamedTensors tiny_params(uint64_t seed = 3) {

@@ -440,7 +440,7 @@ TEST_F(MatrixCli, GatePassesOnASmallMatrix) {
   const auto r = run("gate --matrix " + m + " --no-closed-forms --jobs 2 --quiet", tmpdir());
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_TRUE(contains(r.out, "gate: PASS")) << r.out;
-  EXPECT_TRUE(contains(r.out, "1 steps")) << r.out;  // the gate runs step 1 only
+  EXPECT_TRUE(contains(r.out, ", 1 step; reference")) << r.out;  // the gate runs step 1 only
 }
 
 // A diverged run (NaN losses, written as null in the metrics) keeps all its steps, and a

@@ -85,7 +85,7 @@ TEST_P(ClosedForm, EqualsTheClosedFormBitwise) {
 std::vector<Cell> cells() {
   std::vector<Cell> out;
   for (int s = 0; s < 5; ++s)
-    for (auto p : {Precision::BF16, Precision::FP32, Precision::FP64})
+    for (auto p : {Precision::BF16, Precision::BF16Master, Precision::FP32, Precision::FP64})
       for (bool cache : {true, false}) {
         if (!kShapes[s].pipelined && !cache) continue;  // the reference has no transport
         out.push_back({s, p, cache, false});
@@ -97,7 +97,8 @@ std::vector<Cell> cells() {
 std::string cell_name(const ::testing::TestParamInfo<Cell>& info) {
   const auto& c = info.param;
   std::string n = kShapes[c.shape].name;
-  n += std::string("_") + kernels::to_string(c.precision);
+  n += c.precision == Precision::BF16Master ? "_bf16_master"
+                                            : std::string("_") + kernels::to_string(c.precision);
   if (kShapes[c.shape].pipelined) n += c.cache ? "_cached" : "_naive";
   if (c.wide) n += "_wide";
   return n;

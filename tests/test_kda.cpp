@@ -55,8 +55,8 @@ struct CoreInputs {
 CoreInputs core_inputs(int64_t B, int64_t H, int64_t T, int64_t K, int64_t V, uint64_t seed) {
   auto gen = at::detail::createCPUGenerator(seed);
   CoreInputs c;
-  c.q = k::l2_normalize(at::randn({B, H, T, K}, gen, f64())) / std::sqrt(double(K));
-  c.k = k::l2_normalize(at::randn({B, H, T, K}, gen, f64()));
+  c.q = k::l2_normalize(at::randn({B, H, T, K}, gen, f64()), 1e-6) / std::sqrt(double(K));
+  c.k = k::l2_normalize(at::randn({B, H, T, K}, gen, f64()), 1e-6);
   c.v = at::randn({B, H, T, V}, gen, f64());
   c.g = -5.0 * at::rand({B, H, T, K}, gen, f64());
   c.beta = at::rand({B, H, T}, gen, f64());
@@ -223,8 +223,9 @@ struct MixerSetup {
 };
 
 const std::vector<std::string> kMixerNames{
-    "x",      "q_proj", "k_proj",  "v_proj", "q_conv",   "k_conv", "v_conv", "b_proj",
-    "f_a",    "f_b",    "A_log",   "dt_bias", "o_norm",  "out_gate", "o_proj"};
+    "x",        "q_proj",   "k_proj",  "v_proj",      "q_conv",      "k_conv",
+    "v_conv",   "beta",     "forget_a", "forget_b",   "A_log",       "dt_bias",
+    "output_norm", "output_gate", "output_proj"};
 
 k::KdaWeights as_weights(const std::vector<at::Tensor>& w) {
   return k::KdaWeights{w[0], w[1], w[2],  w[3],  w[4],  w[5],  w[6],
@@ -243,18 +244,19 @@ MixerSetup mixer_setup(int64_t B, int64_t T, k::KdaImpl impl, uint64_t seed) {
   m.weights = {n({H * K, D}, 0.3),
                n({H * K, D}, 0.3),
                n({H * K, D}, 0.3),
-               at::rand({H * K, J}, gen, f64()) - 0.5,
-               at::rand({H * K, J}, gen, f64()) - 0.5,
-               at::rand({H * K, J}, gen, f64()) - 0.5,
+               at::rand({H * K, 1, J}, gen, f64()) - 0.5,
+               at::rand({H * K, 1, J}, gen, f64()) - 0.5,
+               at::rand({H * K, 1, J}, gen, f64()) - 0.5,
                n({H, D}, 0.3),
                n({K, D}, 0.3),
                n({H * K, K}, 0.3),
                at::log(1.0 + 15.0 * at::rand({H}, gen, f64())),
-               n({H * K}, 0.5),
+               n({H, K}, 0.5),
                1.0 + n({K}, 0.2),
                n({H * K, D}, 0.3),
                n({D, H * K}, 0.3)};
-  m.dims = k::KdaDims{H, K, J, /*chunk=*/8, /*norm_eps=*/1e-6, impl};
+  m.dims = k::KdaDims{H,    K,     J, /*chunk=*/8, /*l2norm_eps=*/1e-6, /*gate_bound=*/-5.0,
+                      /*output_eps=*/1e-5, impl};
   return m;
 }
 
@@ -423,12 +425,13 @@ TEST(KdaMixer, ChunkedMatchesRecurrentFp64) {
   std::cout << "[ observed ] mixer fp64 chunked vs recurrent: " << e << " (bound 1e-10)\n";
 }
 
-// The mixer against its DESIGN composition, re-derived here from the text (fp64): q, k, v
-// projections, each through the causal depthwise conv (the loop above) and SiLU
-// (x sigmoid(x)); q, k unit L2 norm per head, q times K^-1/2; beta = sigmoid(b(x));
-// g = -5 sigmoid(exp(A_log) (f_b(f_a(x)) + dt_bias)) per head and key channel; the core
-// (the recurrence, checked against a scalar loop above); per-head RMSNorm of o with o_norm,
-// times sigmoid(out_gate(x)), then o_proj.
+// The mixer against torchtitan's composition (K3_FACTS.md, KDA), re-derived here from the
+// text (fp64): q, k, v projections, each through the causal depthwise conv (the loop above)
+// and SiLU (x sigmoid(x)); q, k unit L2 norm per head (x / sqrt(sum x^2 + 1e-6)), q times
+// K^-1/2; beta = sigmoid(beta(x)); g = -5 sigmoid(exp(A_log) (forget_b(forget_a(x)) +
+// dt_bias)) per head and key channel; the core (the recurrence, checked against a scalar
+// loop above); KimiRMSNormGated: per-head RMSNorm of o (eps 1e-5) with output_norm, times
+// sigmoid(output_gate(x)); then output_proj.
 //
 // Bound: the two evaluations differ only in the association of a few element-wise
 // expressions (SiLU, the L2 norm's eps placement, the RMSNorm) and in which core runs
@@ -436,7 +439,7 @@ TEST(KdaMixer, ChunkedMatchesRecurrentFp64) {
 // ChunkedMatchesRecurrentFp64, the RMSNorm and o_proj amplify a max-norm relative error by
 // at most sqrt(K) * 16 = 45, so 1e-10 covers it with a factor > 10; a wrong formula (a
 // missing K^-1/2, a decay without the -5, a gate on the wrong side) moves it by O(1).
-TEST(KdaMixer, MatchesDesignCompositionFp64) {
+TEST(KdaMixer, MatchesTorchtitanCompositionFp64) {
   const int64_t B = 2, T = 13;
   auto m = mixer_setup(B, T, k::KdaImpl::Chunked, 90);
   const auto& w = m.weights;
@@ -446,23 +449,26 @@ TEST(KdaMixer, MatchesDesignCompositionFp64) {
   auto silu = [](const at::Tensor& a) { return a * at::sigmoid(a); };
   auto heads = [&](const at::Tensor& a) { return a.reshape({B, T, H, K}).permute({0, 2, 1, 3}); };
   auto unit = [](const at::Tensor& a) {
-    return a / at::sqrt(a.pow(2).sum(-1, true) + 1e-6);  // l2_normalize's eps, inside
+    return a / at::sqrt(a.pow(2).sum(-1, true) + 1e-6);  // the kernel's l2norm eps, inside
   };
-  auto q = unit(heads(silu(conv_loop<double>(lin(x, w[0]), w[3])))) / std::sqrt(double(K));
-  auto kk = unit(heads(silu(conv_loop<double>(lin(x, w[1]), w[4]))));
-  auto v = heads(silu(conv_loop<double>(lin(x, w[2]), w[5])));
+  auto taps = [](const at::Tensor& t) { return t.select(1, 0); };  // [C,1,J] -> [C,J]
+  auto q = unit(heads(silu(conv_loop<double>(lin(x, w[0]), taps(w[3]))))) / std::sqrt(double(K));
+  auto kk = unit(heads(silu(conv_loop<double>(lin(x, w[1]), taps(w[4])))));
+  auto v = heads(silu(conv_loop<double>(lin(x, w[2]), taps(w[5]))));
   auto beta = at::sigmoid(lin(x, w[6])).permute({0, 2, 1});                  // [B,H,T]
   auto rate = at::exp(w[9]).repeat_interleave(K);                            // [H*K]
-  auto g = heads(-5.0 * at::sigmoid(rate * (lin(lin(x, w[7]), w[8]) + w[10])));
+  auto g = heads(-5.0 * at::sigmoid(rate * (lin(lin(x, w[7]), w[8]) + w[10].reshape({H * K}))));
   auto o = k::kda_recurrent(q, kk, v, g, beta).permute({0, 2, 1, 3});       // [B,T,H,K]
-  o = o / at::sqrt(o.pow(2).mean(-1, true) + m.dims.norm_eps) * w[11];
-  auto ref = lin(o.reshape({B, T, H * K}) * at::sigmoid(lin(x, w[12])), w[13]);
+  // KimiRMSNormGated: per head, eps 1e-5, times sigmoid(gate).
+  o = o / at::sqrt(o.pow(2).mean(-1, true) + 1e-5) * w[11] *
+      at::sigmoid(lin(x, w[12]).reshape({B, T, H, K}));
+  auto ref = lin(o.reshape({B, T, H * K}), w[13]);
   ASSERT_EQ(ref.sizes(), (std::vector<int64_t>{B, T, D}));
 
   auto y = k::kda(m.x, as_weights(m.weights), m.dims);
   const double e = max_rel(y, ref);
   EXPECT_LE(e, 1e-10);
-  std::cout << "[ observed ] mixer fp64 vs DESIGN composition: " << e << " (bound 1e-10)\n";
+  std::cout << "[ observed ] mixer fp64 vs torchtitan's composition: " << e << " (bound 1e-10)\n";
 }
 
 }  // namespace

@@ -118,6 +118,15 @@ TEST_P(CachedAgainstNaive, DiffersOnlyByOrderAndOnlyInsideThePredictedSet) {
   EXPECT_GT(differing_grads, 0);
   for (const auto& t : r.tensors)
     if (t.name == "loss" || t.name == "mb_losses") EXPECT_EQ(t.verdict, Verdict::Exact);
+  // The expert biases come from the forward's routing alone: bitwise equal (tiny has 16 MoE
+  // layers, each with one).
+  int biases = 0;
+  for (const auto& t : r.tensors)
+    if (t.name.rfind("buffers/", 0) == 0) {
+      ++biases;
+      EXPECT_EQ(t.verdict, Verdict::Exact) << t.name;
+    }
+  EXPECT_EQ(biases, 16);
   int order_only_blocks = 0;
   for (const auto& b : r.blocks) {
     EXPECT_NE(b.verdict, Verdict::Wrong);
@@ -130,11 +139,12 @@ TEST_P(CachedAgainstNaive, DiffersOnlyByOrderAndOnlyInsideThePredictedSet) {
 
 INSTANTIATE_TEST_SUITE_P(
     Tiny, CachedAgainstNaive,
-    ::testing::Values(Shape{2, 2, Precision::BF16}, Shape{2, 2, Precision::FP32},
-                      Shape{4, 4, Precision::BF16}, Shape{4, 4, Precision::FP32}),
+    ::testing::Values(Shape{2, 2, Precision::BF16}, Shape{2, 2, Precision::BF16Master},
+                      Shape{2, 2, Precision::FP32}, Shape{4, 4, Precision::BF16},
+                      Shape{4, 4, Precision::BF16Master}, Shape{4, 4, Precision::FP32}),
     [](const ::testing::TestParamInfo<Shape>& i) {
       return "pp" + std::to_string(i.param.pp) + "xvp" + std::to_string(i.param.vp) + "_" +
-             kernels::to_string(i.param.p);
+             testing::test_name(i.param.p);
     });
 
 TEST_F(Localise, NaiveTransportAgainstTheReferenceIsExact) {

@@ -1,7 +1,8 @@
-// Tests for the whole model (kernels/model.h), flavor tiny: the layer wiring equals the DESIGN
-// pseudo-code (bitwise); causality (changing token t leaves the logits at positions < t
-// unchanged up to reduction order, fp64); and in fp64 the loss and parameter gradients of a
-// 2-row batch equal the sums over the rows run one at a time.
+// Tests for the whole model (kernels/model.h), flavor tiny: the layer wiring equals
+// torchtitan's block (K3_FACTS.md section 2; bitwise); causality (changing token t leaves the
+// logits at positions < t unchanged up to reduction order, fp64); in fp64 the loss and
+// parameter gradients of a 2-row batch equal the sums over the rows run one at a time; and in
+// fp64 the chunked loss (ChunkedLossWrapper) and its gradients equal the unchunked ones.
 //
 // The bitwise checks are the tests named *Bitwise*; every other test is a tolerance test whose
 // bound is derived next to it. All inputs come from fixed seeds.
@@ -37,7 +38,8 @@ using namespace parity::testing;
 // The whole model, flavor tiny.
 
 // tiny's parameters from init_params(cfg, 0) in dtype dt, with every AttnRes pseudo-query
-// (*_res_proj.weight, zero at init) replaced by N(0, 0.5^2) so the reads are not uniform.
+// (*_res_proj.weight, trunc_normal(0.02) at init) replaced by N(0, 0.5^2) so the reads are
+// far from uniform.
 k::NamedTensors tiny_params(const k::ModelConfig& cfg, at::ScalarType dt) {
   auto p = k::init_params(cfg, 0);
   auto gen = at::detail::createCPUGenerator(31);
@@ -51,80 +53,86 @@ k::NamedTensors tiny_params(const k::ModelConfig& cfg, at::ScalarType dt) {
   return k::NamedTensors(p.names(), ts);
 }
 
-k::NamedTensors cast(const k::NamedTensors& t, at::ScalarType dt) {
-  std::vector<at::Tensor> ts;
-  for (auto& x : t.tensors()) ts.push_back(x.to(dt));
-  return k::NamedTensors(t.names(), ts);
-}
-
 at::Tensor logits_of(const k::Model& model, const k::NamedTensors& w, const k::NamedTensors& b,
                      const at::Tensor& tokens) {
   auto s = model.embed(w, tokens);
-  for (int l = 0; l < model.config().n_layers; ++l) s = model.layer(l, w, b, s);
+  for (int l = 0; l < model.config().n_layers; ++l) s = model.layer(l, w, b, s, false);
   return model.head_logits(w, s);
 }
 
-// The layer wiring of DESIGN.md section 4, re-derived here from its pseudo-code and run
-// with the kernels' own ops and arguments (fp32, tiny, all 17 layers and the head): the
-// loss is bitwise equal to Model::loss_sum, since the same ops run on the same values in
-// the same order. A wiring slip (the stack committed before the read, prefix not reset
-// when a block opens, the FFN reading the wrong stack) changes the loss by O(1).
+// The layer wiring of torchtitan's KimiK3TransformerBlock (K3_FACTS.md section 2),
+// re-derived here from the sheet and run with the kernels' own ops and arguments (fp32, tiny,
+// all 17 layers and the head, a forward-only pass): the loss is bitwise equal to Model's
+// with one loss chunk and n_global = 1, since the same ops run on the same values in the same
+// order. A wiring slip (the stack committed before the read, prefix not reset when a block
+// opens, the FFN reading the wrong stack) changes the loss by O(1).
 at::Tensor loss_by_design(const k::ModelConfig& c, const k::NamedTensors& w,
                           const k::NamedTensors& buffers, const at::Tensor& tokens,
                           const at::Tensor& labels) {
   auto W = [&](const std::string& n) { return w.at(n); };
+  auto read = [&](const at::Tensor& stack, const at::Tensor& partial, const std::string& proj,
+                  const std::string& norm) {
+    return k::attn_res(stack, partial, W(proj).select(0, 0), W(norm), c.norm_eps);
+  };
   auto x = k::embed_tokens(tokens, W("tok_embeddings.weight"));
   auto stack = x.new_empty({x.size(0), x.size(1), 0, x.size(2)});
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
-    const std::string a = p + "attention.";
     const bool opens = l % c.layers_per_block == 0;
     auto prefix = x;
     if (stack.size(2) > 0)
-      x = k::attn_res(stack, prefix, W(p + "attn_res_proj.weight"),
-                      W(p + "attn_res_norm.weight"), c.attn_res_eps);
+      x = read(stack, prefix, p + "attention_res_proj.weight", p + "attention_res_norm.weight");
     if (opens) stack = at::cat({stack, prefix.unsqueeze(2)}, 2);
     auto hin = k::rms_norm(x, W(p + "attention_norm.weight"), c.norm_eps);
     at::Tensor h;
     if (l % 4 == 3 || l == c.n_layers - 1) {  // MLA layers of the (3 KDA + 1 MLA) pattern
+      const std::string a = p + "attention.";
       h = k::mla(hin,
                  {W(a + "wq_a.weight"), W(a + "q_norm.weight"), W(a + "wq_b.weight"),
                   W(a + "wkv_a.weight"), W(a + "kv_norm.weight"), W(a + "wkv_b.weight"),
                   W(a + "gate.weight"), W(a + "wo.weight")},
                  {c.n_heads, c.q_lora, c.kv_lora, c.qk_nope, c.qk_rope, c.v_head, c.norm_eps});
     } else {
+      const std::string a = p + "delta_attention.";
       h = k::kda(hin,
                  {W(a + "q_proj.weight"), W(a + "k_proj.weight"), W(a + "v_proj.weight"),
                   W(a + "q_conv.weight"), W(a + "k_conv.weight"), W(a + "v_conv.weight"),
-                  W(a + "b_proj.weight"), W(a + "f_a.weight"), W(a + "f_b.weight"),
-                  W(a + "A_log"), W(a + "dt_bias"), W(a + "o_norm.weight"),
-                  W(a + "out_gate.weight"), W(a + "o_proj.weight")},
-                 {c.n_heads, c.kda_head, c.kda_conv, c.kda_chunk, c.norm_eps});
+                  W(a + "beta.weight"), W(a + "forget_a.weight"), W(a + "forget_b.weight"),
+                  W(a + "A_log"), W(a + "dt_bias"), W(a + "output_norm.weight"),
+                  W(a + "output_gate.weight"), W(a + "output_proj.weight")},
+                 {c.n_heads, c.kda_head, c.kda_conv, c.kda_chunk, 1e-6, -5.0, 1e-5});
     }
     prefix = opens ? h : prefix + h;
-    h = k::attn_res(stack, prefix, W(p + "ffn_res_proj.weight"), W(p + "ffn_res_norm.weight"),
-                    c.attn_res_eps);
+    h = read(stack, prefix, p + "ffn_res_proj.weight", p + "ffn_res_norm.weight");
     h = k::rms_norm(h, W(p + "ffn_norm.weight"), c.norm_eps);
     if (l == 0) {
-      h = k::swiglu(h, W(p + "feed_forward.w1.weight"), W(p + "feed_forward.w3.weight"),
-                    W(p + "feed_forward.w2.weight"));
+      h = k::glu_ffn(h, W(p + "feed_forward.w13.weight"), W(p + "feed_forward.w2.weight"), 4.0,
+                     25.0);
     } else {
-      k::MoeWeights mw{W(p + "moe.router.weight"),     W(p + "moe.experts.w1"),
-                       W(p + "moe.experts.w3"),        W(p + "moe.experts.w2"),
-                       W(p + "moe.shared.w1.weight"),  W(p + "moe.shared.w3.weight"),
-                       W(p + "moe.shared.w2.weight"),  buffers.at(p + "moe.selection_bias")};
-      h = k::moe(h, mw, c.top_k);
+      const std::string m = p + "moe.";
+      k::MoeWeights mw;
+      mw.gate = W(m + "router.gate.weight");
+      mw.w13 = W(m + "routed_experts.w13.weight");
+      mw.w2 = W(m + "routed_experts.w2.weight");
+      mw.shared_w13 = W(m + "shared_experts.w13.weight");
+      mw.shared_w2 = W(m + "shared_experts.w2.weight");
+      mw.routed_down = W(m + "routed_down.weight");
+      mw.routed_norm = W(m + "routed_norm.weight");
+      mw.routed_up = W(m + "routed_up.weight");
+      k::MoeBuffers mb{buffers.at(m + "expert_bias_E"),
+                       buffers.at(m + "router.tokens_per_expert_E"),
+                       buffers.at(m + "router.quantile_balancer.required_bias_histogram_EB")};
+      h = k::moe(h, mw, mb, c, /*training=*/false);
     }
     x = prefix + h;
   }
-  auto h = k::attn_res(stack, x, W("output_res_proj.weight"), W("output_res_norm.weight"),
-                       c.attn_res_eps);
-  auto logits = k::project(k::rms_norm(h, W("norm.weight"), c.norm_eps), W("output.weight"));
+  auto h = read(stack, x, "output_res_proj.weight", "output_res_norm.weight");
+  auto logits = k::project(k::rms_norm(h, W("norm.weight"), c.norm_eps), W("lm_head.weight"));
   EXPECT_EQ(stack.size(2), c.n_blocks());
   return k::cross_entropy_sum(logits, labels);
 }
 
-TEST(ModelWiring, LossEqualsDesignPseudoCodeBitwise) {
+TEST(ModelWiring, LossEqualsTorchtitanBlockBitwise) {
   auto cfg = k::flavor("tiny");
   ASSERT_GT(cfg.n_shared, 0);
   auto w = tiny_params(cfg, at::kFloat);
@@ -134,9 +142,11 @@ TEST(ModelWiring, LossEqualsDesignPseudoCodeBitwise) {
   auto tokens = at::randint(cfg.vocab, {2, 16}, gen, li);
   auto labels = at::randint(cfg.vocab, {2, 16}, gen, li);
   auto ref = loss_by_design(cfg, w, b, tokens, labels);
-  auto loss = k::Model(cfg).loss_sum(w, b, tokens, labels);
+  k::ModelOptions one_chunk;
+  one_chunk.loss_chunks = 1;
+  auto loss = k::Model(cfg, one_chunk).loss(w, b, tokens, labels, 1.0, false).loss();
   EXPECT_TRUE(torch::equal(loss, ref))
-      << "model " << loss.item<double>() << " vs design " << ref.item<double>();
+      << "model " << loss.item<double>() << " vs torchtitan's block " << ref.item<double>();
 }
 
 // Causality: changing token t must not change the logits at positions < t, and must change
@@ -159,7 +169,7 @@ TEST(ModelCausality, LaterTokenLeavesEarlierLogitsFp64) {
   ASSERT_EQ(cfg.n_layers, 17);
   ASSERT_EQ(cfg.kda_chunk, 8);
   auto w = tiny_params(cfg, at::kDouble);
-  auto b = cast(k::init_buffers(cfg), at::kDouble);
+  auto b = k::init_buffers(cfg);
   const int64_t T = 16;
   const double bound = 18 * 16 * 2 * gamma(64, kU64);
   auto gen = at::detail::createCPUGenerator(41);
@@ -190,7 +200,47 @@ TEST(ModelCausality, LaterTokenLeavesEarlierLogitsFp64) {
             << " (bound " << bound << ")\n";
 }
 
-// fp64: loss_sum over a 2-row batch equals the sum of loss_sum over each row alone, and so
+// The loss of a batch (kernels::HeadLoss, a training pass) and the parameter gradients of its
+// backward, in fp64, on fresh leaves (the buffers keep their counts: they do not feed the
+// loss while the bias stays at zero).
+std::pair<double, std::vector<at::Tensor>> loss_and_grads(const k::Model& model,
+                                                          const k::NamedTensors& w,
+                                                          const k::NamedTensors& b,
+                                                          const at::Tensor& tok,
+                                                          const at::Tensor& lab) {
+  std::vector<at::Tensor> leaves;
+  for (auto& t : w.tensors()) leaves.push_back(t.detach().clone().requires_grad_(true));
+  k::NamedTensors lw(w.names(), leaves);
+  auto loss = model.loss(lw, b, tok, lab, 1.0, /*training=*/true);
+  loss.backward();
+  std::vector<at::Tensor> g;
+  for (auto& l : leaves) g.push_back(l.grad().defined() ? l.grad() : at::zeros_like(l));
+  return {loss.loss().item<double>(), g};
+}
+
+// Gradient lists a and b agree within rel: in the 2-norm over all parameters, and for each
+// parameter (a gradient below 1e-6 of the total is compared against that floor). Returns the
+// figure over all parameters; names the worst parameter in `worst`.
+double compare_grads(const k::NamedTensors& w, const std::vector<at::Tensor>& a,
+                     const std::vector<at::Tensor>& b, double rel, std::string& worst) {
+  double diff_sq = 0, norm_sq = 0, worst_rel = 0;
+  for (auto& g : a) norm_sq += g.pow(2).sum().item<double>();
+  const double total = std::sqrt(norm_sq);
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = (a[i] - b[i]).norm().item<double>();
+    diff_sq += d * d;
+    const double r = d / std::max(a[i].norm().item<double>(), 1e-6 * total);
+    EXPECT_LE(r, rel) << w.names()[i];
+    if (r > worst_rel) {
+      worst_rel = r;
+      worst = w.names()[i] + " " + std::to_string(r);
+    }
+  }
+  EXPECT_GT(norm_sq, 0);
+  return std::sqrt(diff_sq / norm_sq);
+}
+
+// fp64: the loss over a 2-row batch equals the sum of the losses over each row alone, and so
 // do the parameter gradients.
 //
 // The rows' computations are the same ops on the same values, except that every sum over
@@ -204,7 +254,7 @@ TEST(ModelCausality, LaterTokenLeavesEarlierLogitsFp64) {
 TEST(ModelBatch, LossAndGradsAreSumsOverRowsFp64) {
   auto cfg = k::flavor("tiny");
   auto w = tiny_params(cfg, at::kDouble);
-  auto b = cast(k::init_buffers(cfg), at::kDouble);
+  auto b = k::init_buffers(cfg);
   const int64_t T = 16;
   auto gen = at::detail::createCPUGenerator(43);
   auto li = at::TensorOptions().dtype(at::kLong);
@@ -212,47 +262,67 @@ TEST(ModelBatch, LossAndGradsAreSumsOverRowsFp64) {
   auto labels = at::randint(cfg.vocab, {2, T}, gen, li);
   k::Model model(cfg);
 
-  auto loss_and_grads = [&](const at::Tensor& tok, const at::Tensor& lab) {
-    std::vector<at::Tensor> leaves;
-    for (auto& t : w.tensors()) leaves.push_back(t.detach().clone().requires_grad_(true));
-    k::NamedTensors lw(w.names(), leaves);
-    auto loss = model.loss_sum(lw, b, tok, lab);
-    auto g = torch::autograd::grad({loss}, leaves, {}, false, false, true);
-    for (size_t i = 0; i < g.size(); ++i)
-      if (!g[i].defined()) g[i] = at::zeros_like(leaves[i]);
-    return std::make_pair(loss.item<double>(), g);
-  };
-  auto [l_batch, g_batch] = loss_and_grads(tokens, labels);
-  auto [l0, g0] = loss_and_grads(tokens.narrow(0, 0, 1), labels.narrow(0, 0, 1));
-  auto [l1, g1] = loss_and_grads(tokens.narrow(0, 1, 1), labels.narrow(0, 1, 1));
-
+  auto [l_batch, g_batch] = loss_and_grads(model, w, b, tokens, labels);
+  auto [l0, g0] = loss_and_grads(model, w, b, tokens.narrow(0, 0, 1), labels.narrow(0, 0, 1));
+  auto [l1, g1] = loss_and_grads(model, w, b, tokens.narrow(0, 1, 1), labels.narrow(0, 1, 1));
   const double loss_rel = std::abs(l_batch - (l0 + l1)) / std::abs(l_batch);
   EXPECT_LE(loss_rel, 1e-12);
-
-  double diff_sq = 0, norm_sq = 0, worst_param = 0;
-  std::string worst_name;
-  std::vector<double> norms;
-  for (auto& g : g_batch) norms.push_back(g.norm().item<double>());
-  const double total = std::sqrt(std::accumulate(norms.begin(), norms.end(), 0.0,
-                                                 [](double a, double n) { return a + n * n; }));
-  for (size_t i = 0; i < g_batch.size(); ++i) {
-    const double d = (g_batch[i] - (g0[i] + g1[i])).norm().item<double>();
-    diff_sq += d * d;
-    norm_sq += norms[i] * norms[i];
-    // A gradient below 1e-6 of the total is compared against that floor.
-    const double rel = d / std::max(norms[i], 1e-6 * total);
-    EXPECT_LE(rel, 1e-12) << w.names()[i];
-    if (rel > worst_param) {
-      worst_param = rel;
-      worst_name = w.names()[i];
-    }
-  }
-  const double grad_rel = std::sqrt(diff_sq / norm_sq);
+  std::vector<at::Tensor> sum;
+  for (size_t i = 0; i < g0.size(); ++i) sum.push_back(g0[i] + g1[i]);
+  std::string worst;
+  const double grad_rel = compare_grads(w, g_batch, sum, 1e-12, worst);
   EXPECT_LE(grad_rel, 1e-12);
-  EXPECT_GT(norm_sq, 0);
   std::cout << "[ observed ] batch vs rows fp64: loss rel " << loss_rel << ", grads rel (all) "
-            << grad_rel << ", worst parameter " << worst_name << " " << worst_param
-            << " (bound 1e-12)\n";
+            << grad_rel << ", worst parameter " << worst << " (bound 1e-12)\n";
+}
+
+// fp64: the loss in 8 chunks along the sequence (torchtitan's ChunkedLossWrapper: per chunk
+// lm_head, CE sum, its own backward; the hidden gradient assembled and back-propagated once)
+// equals the plain loss, and so do the parameter gradients, within 1e-12 relative.
+//
+// Chunking changes the association of exactly two sums: the loss (8 chunk sums added in
+// order instead of one sum over the B*T = 32 tokens) and lm_head's gradient (8 chunk
+// contractions of 2 rows x 2 positions = 4 tokens accumulated in its .grad instead of one contraction over 32);
+// every token's hidden gradient is its own row of dlogits @ W, the same ops on the same
+// values (up to a BLAS blocking that depends on the row count). Each is a reordered sum of n
+// <= 2048 terms (the vocabulary contraction bounds the longest), within 2 gamma_2048 = 4.6e-13
+// of sum|terms|, and the hidden gradient then passes through the decoder's O(1) Jacobians as
+// in LossAndGradsAreSumsOverRowsFp64: 1e-12 relative, the observed figure printed.
+TEST(ModelChunkedLoss, EqualsUnchunkedFp64) {
+  auto cfg = k::flavor("tiny");
+  auto w = tiny_params(cfg, at::kDouble);
+  auto b = k::init_buffers(cfg);
+  auto gen = at::detail::createCPUGenerator(47);
+  auto li = at::TensorOptions().dtype(at::kLong);
+  auto tokens = at::randint(cfg.vocab, {2, 16}, gen, li);
+  auto labels = at::randint(cfg.vocab, {2, 16}, gen, li);
+  k::ModelOptions chunked, plain;
+  chunked.loss_chunks = 8;
+  plain.loss_chunks = 1;
+  auto [lc, gc] = loss_and_grads(k::Model(cfg, chunked), w, b, tokens, labels);
+  auto [lp, gp] = loss_and_grads(k::Model(cfg, plain), w, b, tokens, labels);
+  const double loss_rel = std::abs(lc - lp) / std::abs(lp);
+  EXPECT_LE(loss_rel, 1e-12);
+  std::string worst;
+  const double grad_rel = compare_grads(w, gc, gp, 1e-12, worst);
+  EXPECT_LE(grad_rel, 1e-12);
+  std::cout << "[ observed ] chunked vs plain fp64: loss rel " << loss_rel << ", grads rel (all) "
+            << grad_rel << ", worst parameter " << worst << " (bound 1e-12)\n";
+}
+
+// A sequence length the chunks do not divide is refused, naming the remedy.
+TEST(ModelChunkedLoss, RefusesIndivisibleTokenCount) {
+  auto cfg = k::flavor("tiny");
+  auto w = tiny_params(cfg, at::kFloat);
+  auto b = k::init_buffers(cfg);
+  auto tokens = at::zeros({1, 12}, at::TensorOptions().dtype(at::kLong));
+  k::Model model(cfg);  // 8 chunks
+  try {
+    model.loss(w, b, tokens, tokens, 1.0, false);
+    FAIL() << "a 12-token sequence in 8 chunks was accepted";
+  } catch (const k::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("--loss-chunks"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
-// Tests for the ops (kernels/ops.h): rms_norm, cross_entropy_sum and causal_attention against
-// scalar loops of their formulas (tolerance); embed_tokens is a gather (bitwise).
+// Tests for the ops (kernels/ops.h): rms_norm, cross_entropy_sum, causal_attention, SiTU-GLU,
+// the L2 normalisation and KimiRMSNormGated against scalar loops of their formulas
+// (tolerance); fp64 finite-difference gradient checks of the SiTU-GLU FFN and
+// KimiRMSNormGated; embed_tokens is a gather (bitwise).
 //
 // The bitwise checks are the tests named *Bitwise*; every other test is a tolerance test whose
 // bound is derived next to it. All inputs come from fixed seeds.
@@ -190,6 +192,184 @@ TEST(CausalAttention, MatchesScalarLoopFp64) {
     }
   std::cout << "[ observed ] causal_attention fp64: max |diff| / (u sum p|v|) = " << worst
             << "\n";
+}
+
+// ---------------------------------------------------------------------------------------
+// SiTU-GLU, the L2 normalisation and KimiRMSNormGated against scalar loops (tolerance).
+
+double unit_roundoff(at::ScalarType dt) {
+  return dt == at::kDouble ? kU64 : dt == at::kFloat ? kU32 : kUbf16;
+}
+
+// Bound, relative per element against the exact (beta tanh(g/beta) sigmoid(g)) (lb tanh(u/lb))
+// of the given inputs, beta = 4 and lb = 25. The op runs in acc (fp32 or fp64): g/beta exact
+// (a power of two), tanh <= 1 ulp (libm and SLEEF's u10 forms), * beta exact; sigmoid is
+// exp (1 ulp), 1 + . (1) and a reciprocal or division (1), each relative error passing
+// through with a factor <= 1 (d log sigmoid / d log(1 + e^-g) = -1); then the products (2),
+// u/25 (1), tanh (1, condition number x tanh'(x) / tanh(x) <= 1), * 25 (1): at most 10
+// roundings, gamma_10 in acc, taken as gamma_12. bf16 adds one cast to bf16:
+// (u_bf16 + gamma^fp32_12) (1 + u_bf16).
+class SituGlu : public ::testing::TestWithParam<at::ScalarType> {};
+
+TEST_P(SituGlu, MatchesFormula) {
+  const auto dt = GetParam();
+  auto gen = at::detail::createCPUGenerator(31);
+  // Spread N(0, 6^2): the gate's tanh saturates at |g| >> 4, the up half stays mostly linear.
+  auto gate = (6.0 * at::randn({9, 40}, gen, f64())).to(dt);
+  auto up = (20.0 * at::randn({9, 40}, gen, f64())).to(dt);
+  auto y = k::situ_glu(gate, up, 4.0, 25.0);
+  ASSERT_EQ(y.scalar_type(), dt);
+  const double acc_u = dt == at::kDouble ? kU64 : kU32;
+  const double rel = dt == at::kBFloat16 ? (kUbf16 + gamma(12, kU32)) * (1 + kUbf16)
+                                         : gamma(12, acc_u);
+  auto g = gate.to(at::kDouble).contiguous(), u = up.to(at::kDouble).contiguous();
+  auto yd = y.to(at::kDouble).contiguous();
+  int64_t wrong = 0;
+  double worst = 0;
+  for (int64_t i = 0; i < g.numel(); ++i) {
+    using LD = long double;
+    const LD gi = g.data_ptr<double>()[i], ui = u.data_ptr<double>()[i];
+    const LD ref = 4 * std::tanh(gi / 4) / (1 + std::exp(-gi)) * (25 * std::tanh(ui / 25));
+    const double diff = std::abs(yd.data_ptr<double>()[i] - (double)ref);
+    if (diff > rel * std::abs((double)ref)) ++wrong;
+    if (ref != 0) worst = std::max(worst, diff / std::abs((double)ref) / unit_roundoff(dt));
+  }
+  EXPECT_EQ(wrong, 0) << "#wrong of " << g.numel();
+  std::cout << "[ observed ] situ_glu " << dtype_name(dt) << ": max rel err / u = " << worst
+            << " (bound " << rel / unit_roundoff(dt) << ")\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, SituGlu,
+                         ::testing::Values(at::kFloat, at::kBFloat16, at::kDouble),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// Bound, relative per element against x / sqrt(sum x^2 + eps), eps 1e-6: the sum of D
+// squares (no cancellation) gamma_{D+1}, + eps (1), sqrt halves it and adds 1, the reciprocal
+// 1, the product 1: gamma_{D/2 + 5} <= gamma_{D+5} in acc; bf16 adds one cast:
+// (u_bf16 + gamma^fp32_{D+5}) (1 + u_bf16).
+class L2Normalize : public ::testing::TestWithParam<at::ScalarType> {};
+
+TEST_P(L2Normalize, MatchesFormula) {
+  const auto dt = GetParam();
+  const int64_t rows = 6, D = 32;
+  const double eps = 1e-6;
+  auto gen = at::detail::createCPUGenerator(32);
+  // Row norms from 1e-4 (eps dominates) to 1e2.
+  auto scale = at::pow(10.0, at::linspace(-4, 2, rows, f64())).unsqueeze(-1);
+  auto x = (at::randn({rows, D}, gen, f64()) * scale / std::sqrt(double(D))).to(dt);
+  auto y = k::l2_normalize(x, eps);
+  ASSERT_EQ(y.scalar_type(), dt);
+  const double acc_u = dt == at::kDouble ? kU64 : kU32;
+  const double rel = dt == at::kBFloat16 ? (kUbf16 + gamma(D + 5, kU32)) * (1 + kUbf16)
+                                         : gamma(D + 5, acc_u);
+  auto xd = x.to(at::kDouble).contiguous(), yd = y.to(at::kDouble).contiguous();
+  int64_t wrong = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    long double ss = 0;
+    for (int64_t d = 0; d < D; ++d) ss += (long double)xd[r][d].item<double>() * xd[r][d].item<double>();
+    const long double inv = 1.0L / std::sqrt(ss + (long double)eps);
+    for (int64_t d = 0; d < D; ++d) {
+      const long double ref = xd[r][d].item<double>() * inv;
+      if (std::abs(yd[r][d].item<double>() - (double)ref) > rel * std::abs((double)ref)) ++wrong;
+    }
+  }
+  EXPECT_EQ(wrong, 0) << "#wrong of " << rows * D;
+  // The smallest row has norm ~1e-4, so eps = 1e-6 = (1e-3)^2 keeps it well below unit norm.
+  EXPECT_LT(y[0].to(at::kDouble).norm().item<double>(), 0.2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, L2Normalize,
+                         ::testing::Values(at::kFloat, at::kBFloat16, at::kDouble),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// Bound, relative per element against w x / sqrt(mean x^2 + eps) * sigmoid(gate), eps 1e-5:
+// the RMS statistics as in RmsNorm (gamma_{D+8} in acc), the weight and the gate's sigmoid
+// (3 roundings, factor <= 1 as above) and the product (1): gamma_{D+12} in acc; bf16 adds one
+// cast: (u_bf16 + gamma^fp32_{D+12}) (1 + u_bf16).
+class RmsNormGated : public ::testing::TestWithParam<at::ScalarType> {};
+
+TEST_P(RmsNormGated, MatchesFormula) {
+  const auto dt = GetParam();
+  const int64_t rows = 5, K = 16;
+  const double eps = 1e-5;
+  auto gen = at::detail::createCPUGenerator(33);
+  auto scale = at::pow(10.0, at::linspace(-3, 2, rows, f64())).unsqueeze(-1);
+  auto x = (at::randn({rows, K}, gen, f64()) * scale).to(dt);
+  auto gate = (3.0 * at::randn({rows, K}, gen, f64())).to(dt);
+  auto w = (1.0 + 0.2 * at::randn({K}, gen, f64())).to(dt);
+  auto y = k::rms_norm_gated(x, gate, w, eps);
+  ASSERT_EQ(y.scalar_type(), dt);
+  const double acc_u = dt == at::kDouble ? kU64 : kU32;
+  const double rel = dt == at::kBFloat16 ? (kUbf16 + gamma(K + 12, kU32)) * (1 + kUbf16)
+                                         : gamma(K + 12, acc_u);
+  auto xd = x.to(at::kDouble), gd = gate.to(at::kDouble), wd = w.to(at::kDouble);
+  auto yd = y.to(at::kDouble);
+  int64_t wrong = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    long double ss = 0;
+    for (int64_t c = 0; c < K; ++c) ss += std::pow((long double)xd[r][c].item<double>(), 2);
+    const long double inv = 1.0L / std::sqrt(ss / K + (long double)eps);
+    for (int64_t c = 0; c < K; ++c) {
+      const long double ref = (long double)wd[c].item<double>() * xd[r][c].item<double>() * inv /
+                              (1 + std::exp(-(long double)gd[r][c].item<double>()));
+      if (std::abs(yd[r][c].item<double>() - (double)ref) > rel * std::abs((double)ref)) ++wrong;
+    }
+  }
+  EXPECT_EQ(wrong, 0) << "#wrong of " << rows * K;
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, RmsNormGated,
+                         ::testing::Values(at::kFloat, at::kBFloat16, at::kDouble),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// ---------------------------------------------------------------------------------------
+// fp64 finite differences (fd_check.h's kFdTol, derived there) of the SiTU-GLU FFN with
+// respect to x, the stacked w13 and w2, and of KimiRMSNormGated with respect to x, the gate
+// and the weight.
+
+TEST(SituGluFfn, CentralDifferencesFp64) {
+  const int64_t D = 12, H = 10;
+  auto gen = at::detail::createCPUGenerator(34);
+  // Pre-activations O(1) to O(5): the gate's tanh(g/4) and sigmoid both curve.
+  auto x = 2.0 * at::randn({2, 5, D}, gen, f64());
+  auto w13 = 0.6 * at::randn({2, H, D}, gen, f64());
+  auto w2 = 0.3 * at::randn({D, H}, gen, f64());
+  TensorFn f = [](const std::vector<at::Tensor>& a) {
+    return k::glu_ffn(a[0], a[1], a[2], 4.0, 25.0);
+  };
+  auto r = directional_fd(f, {x, w13, w2}, {"x", "w13", "w2"}, 35);
+  EXPECT_LE(r.worst, kFdTol) << "worst at " << r.where;
+  std::cout << "[ observed ] situ-glu ffn fd rel err " << r.worst << " (bound " << kFdTol << ")\n";
+}
+
+// The FFN reads w13[0] as the gate and w13[1] as the up projection (torchtitan's stacked
+// layout): swapping them changes the output by O(1) (tolerance 1e-3 against O(1) values).
+TEST(SituGluFfn, GateIsTheFirstHalf) {
+  const int64_t D = 6, H = 4;
+  auto gen = at::detail::createCPUGenerator(36);
+  auto x = at::randn({3, D}, gen, f64());
+  auto w13 = at::randn({2, H, D}, gen, f64());
+  auto w2 = at::randn({D, H}, gen, f64());
+  auto y = k::glu_ffn(x, w13, w2, 4.0, 25.0);
+  auto want = k::project(k::situ_glu(k::project(x, w13[0]), k::project(x, w13[1]), 4.0, 25.0),
+                         w2);
+  auto swapped = at::stack({w13[1], w13[0]});
+  EXPECT_LE((y - want).abs().max().item<double>(), 1e-12);
+  EXPECT_GT((k::glu_ffn(x, swapped, w2, 4.0, 25.0) - y).abs().max().item<double>(), 1e-3);
+}
+
+TEST(RmsNormGated, CentralDifferencesFp64) {
+  auto gen = at::detail::createCPUGenerator(37);
+  auto x = at::randn({3, 4, 8}, gen, f64());
+  auto gate = 2.0 * at::randn({3, 4, 8}, gen, f64());
+  auto w = 1.0 + 0.3 * at::randn({8}, gen, f64());
+  TensorFn f = [](const std::vector<at::Tensor>& a) {
+    return k::rms_norm_gated(a[0], a[1], a[2], 1e-5);
+  };
+  auto r = directional_fd(f, {x, gate, w}, {"x", "gate", "w"}, 38);
+  EXPECT_LE(r.worst, kFdTol) << "worst at " << r.where;
+  std::cout << "[ observed ] rms_norm_gated fd rel err " << r.worst << " (bound " << kFdTol
+            << ")\n";
 }
 
 }  // namespace

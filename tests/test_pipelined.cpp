@@ -40,6 +40,7 @@ kernels::TrainConfig tiny_config(Precision p, int steps) {
 struct Run {
   std::vector<at::Tensor> loss, norm;
   std::vector<std::vector<at::Tensor>> mb_losses, grads, params;  // per step
+  std::vector<std::vector<at::Tensor>> biases;  // per step: every MoE layer's expert bias
 };
 
 class Capture : public kernels::StepObserver {
@@ -55,6 +56,10 @@ class Capture : public kernels::StepObserver {
     run.mb_losses.push_back(mb);
     run.grads.push_back(g);
     run.params.push_back(p);
+    std::vector<at::Tensor> b;
+    if (r.buffers)
+      for (const auto& t : *r.buffers) b.push_back(t.clone());
+    run.biases.push_back(b);
   }
   Run run;
 };
@@ -102,6 +107,10 @@ void expect_bitwise(const Run& a, const Run& b, bool every_grad_step, const std:
       EXPECT_TRUE(torch::equal(a.params[s][i], b.params[s][i]))
           << what << ": updated " << names[i] << ", step " << s + 1;
     }
+    ASSERT_EQ(a.biases[s].size(), b.biases[s].size());
+    for (size_t i = 0; i < a.biases[s].size(); ++i)
+      EXPECT_TRUE(torch::equal(a.biases[s][i], b.biases[s][i]))
+          << what << ": expert bias " << i << ", step " << s + 1;
   }
 }
 
@@ -132,7 +141,7 @@ const Shape kShapes[] = {{2, 1, ""}, {4, 1, ""}, {2, 2, ""}, {4, 2, ""}, {2, 4, 
 // dp: each replica a whole pipeline over its own rows, gradients summed in rank order after
 // the last micro-batch; with the naive transport that is the reference's --dp 2 bit for bit.
 TEST(DataParallel, NaivePipelineReplicasEqualTheReferenceReplicas) {
-  for (auto p : {Precision::FP32, Precision::BF16}) {
+  for (auto p : {Precision::FP32, Precision::BF16, Precision::BF16Master}) {
     auto ref = reference_run(p, 2, false, /*dp=*/2);
     auto pipe = pipelined_run(p, 2, pipeline({2, 2, ""}, false), false, /*dp=*/2);
     ASSERT_EQ(pipe.mb_losses.at(0).size(), 8u);  // 2 replicas x 4 micro-batches
@@ -151,10 +160,49 @@ TEST(DataParallel, CachedReplicasKeepTheForwardBitwise) {
     EXPECT_TRUE(torch::equal(naive.mb_losses[0][m], cached.mb_losses[0][m])) << "micro-batch " << m;
 }
 
+// The quantile balancer (kernels/moe.h), on by default: with the naive transport the pipelined
+// trainer's expert biases equal the reference's bit for bit every step (expect_bitwise
+// compares them), the biases move away from zero, and they change the run: with the balancer
+// off the biases stay zero and the losses differ from step 2 on (step 1 selects with the same
+// zero bias either way).
+TEST(ExpertBalance, BiasesMoveAndBothTrainersAgreeBitwise) {
+  constexpr int kSteps = 5;
+  for (auto p : {Precision::FP32, Precision::BF16}) {
+    SCOPED_TRACE(kernels::to_string(p));
+    auto ref = reference_run(p, kSteps);
+    auto pipe = pipelined_run(p, kSteps, pipeline({2, 2, ""}, /*cache=*/false));
+    expect_bitwise(ref, pipe, /*every_grad_step=*/true, "pp2xvp2 naive, balancer on");
+    ASSERT_EQ(ref.biases.at(0).size(), 16u);  // tiny's 16 MoE layers
+    for (int s = 0; s < kSteps; ++s)
+      for (const auto& b : ref.biases[s])
+        EXPECT_GT(b.abs().max().item<double>(), 0.0) << "a bias stayed at zero, step " << s + 1;
+    // The first update is the mean-centred quantile of step 1's histogram; later steps move it.
+    EXPECT_FALSE(torch::equal(ref.biases[0][0], ref.biases[kSteps - 1][0]));
+    auto text = [](const at::Tensor& t) {
+      std::string out;
+      for (int64_t e = 0; e < t.numel(); ++e)
+        out += (e ? " " : "") + std::to_string(t[e].item<double>());
+      return out;
+    };
+    std::cout << "[ observed ] " << kernels::to_string(p) << " layer 1 expert bias after step 1: "
+              << text(ref.biases[0][0]) << "; after step " << kSteps << ": "
+              << text(ref.biases[kSteps - 1][0]) << "\n";
+
+    auto cfg = tiny_config(p, kSteps);
+    cfg.expert_balance = false;
+    reference::ReferenceTrainer t(cfg, tiny_params(), rows());
+    Capture off;
+    t.run(off);
+    for (const auto& b : off.run.biases.back()) EXPECT_EQ(b.abs().max().item<double>(), 0.0);
+    EXPECT_TRUE(torch::equal(off.run.loss[0], ref.loss[0]));
+    EXPECT_FALSE(torch::equal(off.run.loss[1], ref.loss[1]));
+  }
+}
+
 // What the transport actually carried, per micro-batch and direction, is what the routing
 // tables say: (stages - 1) hidden states plus the tables' stack entries, each B x T x D.
 TEST(TransportBytes, EqualTheRoutingTablesFigures) {
-  for (auto p : {Precision::FP32, Precision::BF16})
+  for (auto p : {Precision::FP32, Precision::BF16, Precision::BF16Master})
     for (bool cache : {true, false})
       for (const Shape& sh : {Shape{2, 2, ""}, Shape{4, 4, ""}}) {
         auto cfg = tiny_config(p, 1);
@@ -162,7 +210,7 @@ TEST(TransportBytes, EqualTheRoutingTablesFigures) {
         Capture c;
         t.run(c);
         const auto& tab = t.tables();
-        const int64_t entry = rows().seq_len() * cfg.model.dim * (p == Precision::BF16 ? 2 : 4);
+        const int64_t entry = rows().seq_len() * cfg.model.dim * (kernels::is_bf16(p) ? 2 : 4);
         const int64_t entries = (tab.stages.size() - 1) + (cache ? tab.volume.cached : tab.volume.naive);
         const auto& st = t.last_stats();
         ASSERT_EQ(st.bytes_forward_per_mb.size(), 4u);
@@ -187,10 +235,11 @@ TEST_P(NaiveEqualsReference, EveryStepBitwise) {
 INSTANTIATE_TEST_SUITE_P(
     Shapes, NaiveEqualsReference,
     ::testing::Combine(::testing::ValuesIn(kShapes),
-                       ::testing::Values(Precision::FP32, Precision::BF16)),
+                       ::testing::Values(Precision::FP32, Precision::BF16,
+                                         Precision::BF16Master)),
     [](const auto& info) {
       return shape_name(std::get<0>(info.param)) + "_" +
-             kernels::to_string(std::get<1>(info.param));
+             testing::test_name(std::get<1>(info.param));
     });
 
 // Contract 2: the cached transport's forward is the naive one (step-1 micro-batch losses and
@@ -216,10 +265,11 @@ TEST_P(CachedForwardEqualsNaive, StepOneLossesBitwise) {
 INSTANTIATE_TEST_SUITE_P(
     Shapes, CachedForwardEqualsNaive,
     ::testing::Combine(::testing::ValuesIn(kShapes),
-                       ::testing::Values(Precision::FP32, Precision::BF16)),
+                       ::testing::Values(Precision::FP32, Precision::BF16,
+                                         Precision::BF16Master)),
     [](const auto& info) {
       return shape_name(std::get<0>(info.param)) + "_" +
-             kernels::to_string(std::get<1>(info.param));
+             testing::test_name(std::get<1>(info.param));
     });
 
 // With several stages per rank the cached transport sums some block gradients in another

@@ -402,7 +402,8 @@ TEST(ShippedMatrices, BothParse) {
 // The structure both comments promise: every pipelined cell against a single-device
 // reference; cache-off pipelined cells gated bitwise; single-process vp > 1 cache-on cells
 // gated order-only.
-void expect_seed_structure(const rp::Matrix& m) {
+// `pairs`: how many naive/cached pairs the matrix has.
+void expect_seed_structure(const rp::Matrix& m, int pairs) {
   int bitwise = 0, order_only = 0;
   for (const auto& c : m.cells) {
     SCOPED_TRACE(m.name + ": " + c.name);
@@ -420,10 +421,8 @@ void expect_seed_structure(const rp::Matrix& m) {
       ++order_only;
     }
   }
-  // Naive and cached in pairs: bf16 pp2vp2, pp2vp4, pp4vp2, pp4vp4; fp32 pp2vp2, pp4vp4;
-  // dp2 pp2vp2: 7 each.
-  EXPECT_EQ(bitwise, 7);
-  EXPECT_EQ(order_only, 7);
+  EXPECT_EQ(bitwise, pairs);
+  EXPECT_EQ(order_only, pairs);
 }
 
 TEST(ShippedMatrices, SeedIsDebugmodel100StepsReportedAt1_10_50_100) {
@@ -443,7 +442,9 @@ TEST(ShippedMatrices, SeedIsDebugmodel100StepsReportedAt1_10_50_100) {
   EXPECT_EQ(t[0][0]->name, "ref");
   EXPECT_EQ(t[1][0]->dtype, "fp32");
   EXPECT_EQ(t[2][0]->dp, 2);
-  expect_seed_structure(m);
+  // Naive and cached in pairs: bf16 pp2vp2, pp2vp4, pp4vp2, pp4vp4; fp32 pp2vp2, pp4vp4;
+  // dp2 pp2vp2: 7.
+  expect_seed_structure(m, 7);
 }
 
 TEST(ShippedMatrices, QuickHasTheSeedsStructureOnTiny) {
@@ -454,7 +455,12 @@ TEST(ShippedMatrices, QuickHasTheSeedsStructureOnTiny) {
     EXPECT_EQ(c.flavor, "tiny") << c.name;
     EXPECT_EQ(c.steps, 20) << c.name;
   }
-  expect_seed_structure(q);
+  // The seed's 7 pairs and a bf16-master pp2vp2 pair; the seed's three tables with the
+  // bf16-master one between bf16 and fp32.
+  expect_seed_structure(q, 8);
+  const auto t = q.tables();
+  ASSERT_EQ(t.size(), 4u);
+  EXPECT_EQ(t[1][0]->dtype, "bf16-master");
   // Every seed row has its quick counterpart of the same shape and gate.
   for (const auto& c : s.cells) {
     SCOPED_TRACE(c.name);

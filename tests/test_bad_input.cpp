@@ -92,6 +92,16 @@ const std::vector<Case>& cases() {
       {"MaxNormNan", T + "--max-norm nan", "--max-norm: nan is not finite"},  // found
       {"MaxNormZero", T + "--max-norm 0", "--max-norm: 0 is out of range"},
       {"WarmupNegative", T + "--warmup -5", "--warmup: -5 is out of range; give an integer from 0"},  // found
+      {"LrScheduleUnknown", T + "--lr-schedule cosine", "unknown --lr-schedule 'cosine'; use wsd"},
+      {"LossChunksZero", T + "--loss-chunks 0", "--loss-chunks: 0 is out of range"},
+      {"LossChunksNotDividingTheSequence", T + "--loss-chunks 5",
+       "--loss-chunks 5 does not divide --seq-len 16 .*--loss-chunks 1"},
+      {"PseudoQueryInitUnknown", T + "--pseudo-query-init ones",
+       "unknown --pseudo-query-init 'ones'; use trunc-normal"},
+      {"PseudoQueryInitUnknownPipelined", P + "--pseudo-query-init ones",
+       "unknown --pseudo-query-init 'ones'"},
+      {"InitPseudoQueryInitUnknown", "init --flavor tiny --pseudo-query-init ones --out c.h5",
+       "unknown --pseudo-query-init 'ones'"},
       {"SeedNegative", T + "--seed -1", "--seed: '-1' is not an unsigned integer; give one from 0 to 18446744073709551615"},  // found
       {"SeedBeyondUint64", T + "--seed 99999999999999999999999", "--seed: 99999999999999999999999 is out of range"},
       {"SeedNotANumber", T + "--seed x", "--seed: 'x' is not an unsigned integer"},

@@ -87,10 +87,11 @@ class Error : public std::runtime_error {
 // ---------------------------------------------------------------------------------------------
 // Element types
 
-enum class DType { F32, F64, BF16, I64, I32, U8 };
+enum class DType { F32, F64, BF16, I64, I32, U8, F16 };
 
-size_t dtype_size(DType t);        // bytes per element: 4, 8, 2, 8, 4, 1
-const char* dtype_name(DType t);   // "float32", "float64", "bfloat16", "int64", "int32", "uint8"
+size_t dtype_size(DType t);        // bytes per element: 4, 8, 2, 8, 4, 1, 2
+// "float32", "float64", "bfloat16", "int64", "int32", "uint8", "float16"
+const char* dtype_name(DType t);
 
 // ---------------------------------------------------------------------------------------------
 // Files
@@ -161,7 +162,7 @@ void write(File& file, const std::string& path, DType dtype, const std::vector<i
            const void* data);
 
 // Reads a whole dataset. Throws Error (naming file and object path) if it is missing, is not a
-// dataset, or has an element type other than the six DTypes (a 16-bit float with the bf16 bit
+// dataset, or has an element type other than the seven DTypes (a 16-bit float with the bf16 bit
 // layout above is reported as BF16).
 Array read(const File& file, const std::string& path);
 
@@ -171,6 +172,9 @@ Array read(const File& file, const std::string& path);
 // True if `path` names an existing object (group or dataset; "/" always exists). A missing
 // intermediate group, or an intermediate component that is not a group, gives false.
 bool exists(const File& file, const std::string& path);
+
+// True if `path` names an existing group ("/" is one).
+bool is_group(const File& file, const std::string& path);
 
 // Names (not paths) of the direct children of `group`: in creation order if the group tracks
 // it (all groups written by this layer), otherwise in name order. Throws Error if `group` is

@@ -108,6 +108,16 @@ bool exists(const File& file, const std::string& path) {
   return exists_impl(file, p, op);
 }
 
+bool is_group(const File& file, const std::string& path) {
+  enter();
+  const Path p = parse_path(file, path, "look up");
+  const Op op{file.path(), p.abs, "look up " + quote(p.abs) + " in " + quote(file.path())};
+  require_open(file, op);
+  if (!exists_impl(file, p, op)) return false;
+  Handle o = open_object(file, p.abs, op);
+  return H5Iget_type(o) == H5I_GROUP;
+}
+
 std::vector<std::string> list(const File& file, const std::string& group) {
   enter();
   const Path p = parse_path(file, group, "list group");

@@ -1,4 +1,4 @@
-// parity::h5 element types: DType <-> HDF5 datatypes (bf16 as a 16-bit float), and their sizes
+// parity::h5 element types: DType <-> HDF5 datatypes (bf16 and fp16 as 16-bit floats), and their sizes
 // and names.
 #include <algorithm>
 #include <stdexcept>
@@ -12,20 +12,25 @@ namespace {
 
 // bf16 layout: sign bit 15, exponent bits 7..14 (bias 127), mantissa bits 0..6.
 constexpr size_t kBf16Fields[5] = {15, 7, 8, 0, 7};
+// IEEE half (h5py's float16): sign bit 15, exponent bits 10..14 (bias 15), mantissa 0..9.
+constexpr size_t kF16Fields[5] = {15, 10, 5, 0, 10};
 constexpr size_t kF32Fields[5] = {31, 23, 8, 0, 23};
 constexpr size_t kF64Fields[5] = {63, 52, 11, 0, 52};
 
-Handle make_bf16_type(const Op& op) {
+// A 16-bit float type with the given fields and exponent bias.
+Handle make_half_type(const size_t (&fields)[5], size_t bias, const Op& op) {
   Handle t = type_h(op(H5Tcopy(H5T_IEEE_F32LE)));
   // Fields first (they must fit the current precision), then shrink precision and size.
-  op(H5Tset_fields(t, kBf16Fields[0], kBf16Fields[1], kBf16Fields[2], kBf16Fields[3],
-                   kBf16Fields[4]));
+  op(H5Tset_fields(t, fields[0], fields[1], fields[2], fields[3], fields[4]));
   op(H5Tset_offset(t, 0));
   op(H5Tset_precision(t, 16));
   op(H5Tset_size(t, 2));
-  op(H5Tset_ebias(t, 127));
+  op(H5Tset_ebias(t, bias));
   return t;
 }
+
+Handle make_bf16_type(const Op& op) { return make_half_type(kBf16Fields, 127, op); }
+Handle make_f16_type(const Op& op) { return make_half_type(kF16Fields, 15, op); }
 
 }  // namespace
 
@@ -38,6 +43,7 @@ Handle file_type(DType dt, const Op& op) {
     case DType::I64: return type_h(op(H5Tcopy(H5T_STD_I64LE)));
     case DType::I32: return type_h(op(H5Tcopy(H5T_STD_I32LE)));
     case DType::U8: return type_h(op(H5Tcopy(H5T_STD_U8LE)));
+    case DType::F16: return make_f16_type(op);
   }
   op.fail("unknown dtype");
 }
@@ -52,6 +58,7 @@ Handle memory_type(DType dt, const Op& op) {
     case DType::I64: return type_h(op(H5Tcopy(H5T_NATIVE_INT64)));
     case DType::I32: return type_h(op(H5Tcopy(H5T_NATIVE_INT32)));
     case DType::U8: return type_h(op(H5Tcopy(H5T_NATIVE_UINT8)));
+    case DType::F16: return make_f16_type(op);
   }
   op.fail("unknown dtype");
 }
@@ -78,6 +85,7 @@ DType classify(hid_t ftype, const Op& op) {
     if (is(kF32Fields, 4, 127)) return DType::F32;
     if (is(kF64Fields, 8, 1023)) return DType::F64;
     if (is(kBf16Fields, 2, 127)) return DType::BF16;
+    if (is(kF16Fields, 2, 15)) return DType::F16;
     op.fail("unsupported floating-point type (" + std::to_string(size) + " bytes, sign bit " +
             std::to_string(f[0]) + ", " + std::to_string(f[2]) + "-bit exponent, " +
             std::to_string(f[4]) + "-bit mantissa, bias " + std::to_string(ebias) + ")");
@@ -104,6 +112,7 @@ size_t dtype_size(DType t) {
     case DType::I64: return 8;
     case DType::I32: return 4;
     case DType::U8: return 1;
+    case DType::F16: return 2;
   }
   throw std::invalid_argument("parity::h5::dtype_size: invalid DType");
 }
@@ -116,6 +125,7 @@ const char* dtype_name(DType t) {
     case DType::I64: return "int64";
     case DType::I32: return "int32";
     case DType::U8: return "uint8";
+    case DType::F16: return "float16";
   }
   throw std::invalid_argument("parity::h5::dtype_name: invalid DType");
 }

@@ -1,0 +1,110 @@
+#include "dumps/state_dict.h"
+
+#include <ATen/ATen.h>
+
+#include <map>
+#include <set>
+
+#include "dumps/checkpoint.h"
+#include "dumps/external.h"
+
+namespace parity::dumps {
+
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// "a, b, c and 4 more".
+std::string first_few(const std::vector<std::string>& v, size_t n = 4) {
+  std::string out;
+  for (size_t i = 0; i < v.size() && i < n; ++i) out += (i ? ", " : "") + v[i];
+  if (v.size() > n) out += " and " + std::to_string(v.size() - n) + " more";
+  return out;
+}
+
+at::ScalarType scalar_type(h5::DType t) {
+  switch (t) {
+    case h5::DType::BF16: return at::kBFloat16;
+    case h5::DType::F16: return at::kHalf;
+    case h5::DType::F32: return at::kFloat;
+    case h5::DType::F64: return at::kDouble;
+    default: return at::kByte;  // not a float: refused before use
+  }
+}
+
+}  // namespace
+
+StateDictImport params_from_state_dict(const std::string& path, const kernels::ModelConfig& cfg) {
+  std::vector<NamedArray> tensors;
+  try {
+    tensors = read_tensor_file(path);
+  } catch (const DumpError& e) {
+    throw CheckpointError(std::string("--from: ") + e.what());
+  }
+  std::map<std::string, const h5::Array*> by_name;
+  for (const auto& t : tensors) by_name[t.name] = &t.array;
+
+  std::set<std::string> buffer_names;
+  for (const auto& b : kernels::buffer_specs(cfg)) buffer_names.insert(b.fqn);
+
+  StateDictImport out;
+  std::vector<std::string> missing, misshaped, extra, not_float;
+  std::set<std::string> wanted;
+  std::vector<std::string> names;
+  std::vector<at::Tensor> values;
+  for (const auto& spec : kernels::param_specs(cfg)) {
+    wanted.insert(spec.fqn);
+    auto it = by_name.find(spec.fqn);
+    if (it == by_name.end()) {
+      missing.push_back(spec.fqn);
+      continue;
+    }
+    const h5::Array& a = *it->second;
+    if (a.shape != spec.shape) {
+      misshaped.push_back(spec.fqn + " " + shape_text(a.shape) + " (want " +
+                          shape_text(spec.shape) + ")");
+      continue;
+    }
+    if (a.dtype != h5::DType::BF16 && a.dtype != h5::DType::F16 && a.dtype != h5::DType::F32 &&
+        a.dtype != h5::DType::F64) {
+      not_float.push_back(spec.fqn + " (" + h5::dtype_name(a.dtype) + ")");
+      continue;
+    }
+    if (a.dtype == h5::DType::F64) out.rounded.push_back(spec.fqn);
+    auto raw = at::from_blob(const_cast<unsigned char*>(a.bytes.data()), spec.shape,
+                             at::TensorOptions().dtype(scalar_type(a.dtype)));
+    names.push_back(spec.fqn);
+    values.push_back(raw.to(at::kFloat).clone());
+  }
+  for (const auto& t : tensors) {
+    if (wanted.count(t.name)) continue;
+    if (buffer_names.count(t.name))
+      out.buffers.push_back(t.name);
+    else if (t.name.rfind("vision_encoder.", 0) == 0)
+      out.vision.push_back(t.name);
+    else
+      extra.push_back(t.name);
+  }
+  if (!missing.empty() || !misshaped.empty() || !extra.empty() || !not_float.empty()) {
+    std::string why;
+    auto add = [&](const std::vector<std::string>& v, const char* what) {
+      if (v.empty()) return;
+      why += (why.empty() ? "" : "; ") + std::to_string(v.size()) + " " + what + ": " + first_few(v);
+    };
+    add(missing, "missing");
+    add(misshaped, "mis-shaped");
+    add(not_float, "not floating-point");
+    add(extra, "extra");
+    throw CheckpointError("--from '" + path + "' is not a " + cfg.name + " state dict in "
+                          "torchtitan's names (" + why + "); see `parity model --flavor " +
+                          cfg.name + "` for the keys and shapes");
+  }
+  out.params = kernels::NamedTensors(std::move(names), std::move(values));
+  return out;
+}
+
+}  // namespace parity::dumps

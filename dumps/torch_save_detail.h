@@ -1,0 +1,32 @@
+// The torch.save reader's internals: what its parts share (zip_archive.cpp, unpickler.cpp and
+// torch_save.cpp, the tree walk). Private to dumps/: nothing else includes this header.
+//
+// Every error of the reader is a DumpError "'<source>': <what>", raised through refuse().
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace parity::dumps {
+
+// The advice a torch.save error ends with where the file itself is at fault.
+inline constexpr const char* kSaveRemedy =
+    "save a dict of tensors with torch.save(obj, path) (torch >= 1.6)";
+
+// Throws DumpError("'<source>': <what>").
+[[noreturn]] void refuse(const std::string& source, const std::string& what);
+
+// n little-endian bytes at p (n <= 8).
+uint64_t le(const unsigned char* p, int n);
+
+// Well-formed UTF-8 (no overlong forms, surrogates or code points above U+10FFFF): Python
+// refuses the rest when it unpickles, and names end up in JSON and HDF5 paths.
+bool is_utf8(std::string_view s);
+
+// A name from the file as an error message shows it: one line of valid UTF-8 (messages end up
+// in JSON reports), cut after about 120 bytes; a control byte, or a byte that is not part of a
+// well-formed UTF-8 sequence, is written as \xNN.
+std::string shown(const std::string& name);
+
+}  // namespace parity::dumps

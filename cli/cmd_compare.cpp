@@ -1,26 +1,42 @@
-// parity compare A B: every tensor of two dumps, side by side (compare/compare_report.h).
+// parity compare A B: every tensor of two runs, side by side (compare/compare_report.h). A run
+// is a parity dump, a torch.save or safetensors file, an HDF5 file, or a directory of them.
 //
-// Exit codes: 0 every tensor bitwise equal (or within --max-ulp), 1 a difference (or a
-// vacuous agreement: all-zero gradients, a flat loss, both runs dead), 2 bad input.
+// Exit codes: 0 every tensor agrees under --tol (bitwise by default), 1 a difference (or a
+// vacuous agreement: all-zero gradients, a flat loss, both runs dead; or, with --layout, a
+// differing gradient outside the predicted set), 2 bad input.
 #include <memory>
 
 #include "cli/commands.h"
 #include "cli/validators.h"
-#include "harness/limits.h"
 #include "compare/compare_report.h"
+#include "harness/limits.h"
 
 namespace parity::cli {
 
 Command add_compare_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("compare", "compare two dumps tensor by tensor");
+  auto* cmd = app.add_subcommand("compare", "compare two runs tensor by tensor");
   auto o = std::make_shared<compare::CompareOptions>();
-  cmd->add_option("a", o->a, "dump directory or file")->required()->check(non_empty_path());
-  cmd->add_option("b", o->b, "dump directory or file")->required()->check(non_empty_path());
+  const char* run = "a parity dump, a torch.save / safetensors / HDF5 file, or a directory of them";
+  cmd->add_option("a", o->a, run)->required()->check(non_empty_path());
+  cmd->add_option("b", o->b, run)->required()->check(non_empty_path());
   cmd->add_flag("--json", o->json, "machine-readable output");
-  cmd->add_option("--max-ulp", o->max_ulp, "pass when every difference is within K ulps")
-      ->capture_default_str()->check(unsigned_integer());
+  cmd->add_option("--tol", o->tol,
+                  "when tensors agree: bitwise, ulp:K (K ulps in the ulp dtype) or torch "
+                  "(torch.testing.assert_close's default rtol/atol for the ulp dtype)")
+      ->capture_default_str();
+  cmd->add_option("--max-ulp", o->max_ulp, "the same as --tol ulp:K")->check(unsigned_integer());
+  cmd->add_option("--ulp-dtype", o->ulp_dtype,
+                  "count ulps in bf16, fp16, fp32 or fp64 (default: the compute dtype where the "
+                  "dump knows it, else each tensor's own)");
+  cmd->add_option("--map", o->map, "a name map: lines 'FROM TO' (a trailing * maps a prefix)")
+      ->check(non_empty_path());
+  cmd->add_option("--layout", o->layout,
+                  "layers=L,block=B,pp=P,vp=V[,split=SPEC]: judge every differing gradient "
+                  "against the predicted set of the cached transport");
+  cmd->add_option("--step", o->step, "the dumped step a single-step file stands for")
+      ->check(integer_in(1, harness::kMaxSteps));
   cmd->add_flag("--all", o->all_rows, "list the bitwise-equal tensors too");
-  cmd->add_option("--truth", o->truth, "an fp64 dump of the same cell: report each run's error "
+  cmd->add_option("--truth", o->truth, "an fp64 run of the same cell: report each run's error "
                                        "against it in its own ulps")
       ->check(non_empty_path());
   cmd->add_option("--threads", o->threads, "comparison threads")->capture_default_str()

@@ -1,10 +1,12 @@
-// parity init --flavor F --seed S --out ckpt.h5: the fp32 master parameters in HDF5.
+// parity init --flavor F --seed S --out ckpt.h5: the fp32 master parameters in HDF5, drawn from
+// the seed, or (--from FILE) taken from a torchtitan state dict in torch.save or safetensors.
 #include <iostream>
 
 #include "cli/commands.h"
 #include "cli/validators.h"
 #include "harness/limits.h"
 #include "dumps/checkpoint.h"
+#include "dumps/state_dict.h"
 #include "harness/run_options.h"
 #include "harness/version.h"
 #include "kernels/config.h"
@@ -17,12 +19,25 @@ struct InitOptions {
   std::string flavor = "debugmodel";
   uint64_t seed = 42;
   std::string pseudo_query_init = "trunc-normal";
+  std::string from;
   std::string out;
 };
 
 int run_init(const InitOptions& o) {
   const auto cfg = kernels::flavor(o.flavor);
-  const auto params = kernels::init_params(cfg, o.seed, harness::init_options(o.pseudo_query_init));
+  kernels::NamedTensors params;
+  if (o.from.empty()) {
+    params = kernels::init_params(cfg, o.seed, harness::init_options(o.pseudo_query_init));
+  } else {
+    auto sd = dumps::params_from_state_dict(o.from, cfg);
+    params = std::move(sd.params);
+    std::cout << "read " << o.from << ": " << params.size() << " parameters of " << cfg.name;
+    if (!sd.buffers.empty()) std::cout << "; skipped " << sd.buffers.size() << " buffer(s)";
+    if (!sd.vision.empty())
+      std::cout << "; skipped " << sd.vision.size() << " vision_encoder tensor(s) (not modelled)";
+    if (!sd.rounded.empty()) std::cout << "; rounded " << sd.rounded.size() << " fp64 tensor(s) to fp32";
+    std::cout << "\n";
+  }
   dumps::write_checkpoint(o.out, cfg, o.seed, params, harness::git_sha());
   std::cout << "wrote " << o.out << ": flavor " << cfg.name << ", seed " << o.seed << ", "
             << params.size() << " tensors, "
@@ -37,9 +52,13 @@ Command add_init_command(CLI::App& app) {
   cmd->add_option("--flavor", o->flavor, "debugmodel or tiny")->capture_default_str();
   cmd->add_option("--seed", o->seed, "initialisation seed")->capture_default_str()
       ->check(unsigned_integer());
-  cmd->add_option("--pseudo-query-init", o->pseudo_query_init,
-                  "AttnRes pseudo-queries: trunc-normal (std 0.02, the PR era) or zero")
-      ->capture_default_str();
+  auto* pq = cmd->add_option("--pseudo-query-init", o->pseudo_query_init,
+                              "AttnRes pseudo-queries: trunc-normal (std 0.02, the PR era) or zero")
+                   ->capture_default_str();
+  cmd->add_option("--from", o->from,
+                  "take the parameters from a torchtitan state dict (torch.save or safetensors) "
+                  "instead of drawing them")
+      ->check(non_empty_path())->excludes(pq);
   cmd->add_option("--out", o->out, "checkpoint file to write (.h5)")->required()
       ->check(non_empty_path());
   return {cmd, [o] { return run_init(*o); }};

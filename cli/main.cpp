@@ -10,6 +10,8 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "compare/compare_report.h"
+#include "compare/predicted.h"
 #include "datasets/corpus.h"
 #include "dumps/checkpoint.h"
 #include "dumps/dump.h"
@@ -34,7 +36,9 @@ bool is_bad_input(const std::exception& e) {
          dynamic_cast<const dumps::DumpError*>(&e) || dynamic_cast<const h5::Error*>(&e) ||
          dynamic_cast<const pipelined::SplitError*>(&e) ||
          dynamic_cast<const pipelined::ScheduleError*>(&e) ||
-         dynamic_cast<const reports::MatrixError*>(&e);
+         dynamic_cast<const reports::MatrixError*>(&e) ||
+         dynamic_cast<const compare::CompareError*>(&e) ||
+         dynamic_cast<const compare::LayoutError*>(&e);
 }
 
 // The first line of an error: a library's message can carry a traceback after it (c10's do).

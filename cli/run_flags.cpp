@@ -33,9 +33,13 @@ void add_run_options(CLI::App& cmd, harness::RunOptions& o) {
                                         "(default: the Debian fortunes text)")
       ->check(non_empty_path());
   cmd.add_option("--tokens", o.tokens_path,
-                 "a token file written by parity-tokenize, read as it is (for a machine "
-                 "without SentencePiece; scripts/gpu-pack makes one)")
+                 "token ids read as they are: a token file written by parity-tokenize (for a "
+                 "machine without SentencePiece; scripts/gpu-pack makes one), a NumPy .npy "
+                 "array, or a raw array with --tokens-dtype")
       ->check(non_empty_path());
+  cmd.add_option("--tokens-dtype", o.tokens_dtype,
+                 "a raw --tokens file's element type (nanoGPT/Megatron .bin): uint16, int32 or "
+                 "int64, little-endian");
   cmd.add_option("--clip-order", o.clip_order, "total-norm order: single or per-rank")
       ->capture_default_str();
   cmd.add_option("--pp", o.pp, "pipeline ranks")->capture_default_str()

@@ -10,9 +10,12 @@
 #include <memory>
 
 #include "compare/dump_compare.h"
+#include "compare/float_formats.h"
+#include "compare/predicted.h"
 #include "compare/tensor_compare.h"
 #include "compare/truth.h"
 #include "dumps/dump.h"
+#include "dumps/external.h"
 
 namespace parity::compare {
 
@@ -36,8 +39,11 @@ nlohmann::json truth_table(const dumps::Dump& A, const dumps::Dump& B, const dum
     for (const auto& fqn : sa.fqns) {
       for (const char* kind : {"grads", "params"}) {
         const bool g = std::string(kind) == "grads";
-        const auto& ta = (g ? sa.grads : sa.params).at(fqn);
-        const auto& tb = (g ? sb.grads : sb.params).at(fqn);
+        const auto& ga = g ? sa.grads : sa.params;
+        const auto& gb = g ? sb.grads : sb.params;
+        if (!ga.count(fqn) || !gb.count(fqn)) continue;  // a row of its own already says so
+        const auto& ta = ga.at(fqn);
+        const auto& tb = gb.at(fqn);
         const auto& tt = (g ? st.grads : st.params);
         if (!tt.count(fqn)) throw dumps::DumpError("the truth dump lacks " + fqn);
         const std::string name = std::string(kind) + "/" + fqn;
@@ -68,16 +74,23 @@ std::string ulp_text(uint64_t u) {
   return u == kInfiniteUlp ? "inf" : std::to_string(u);
 }
 
-nlohmann::json row_json(int64_t step, const TensorDiff& d) {
+nlohmann::json row_json(int64_t step, const TensorDiff& d, const Tolerance& tol) {
   return {{"step", step},
           {"tensor", d.name},
           {"dtype", d.dtype},
+          {"ulp_dtype", d.ulp_dtype},
           {"numel", d.numel},
           {"bitwise", d.bitwise},
+          {"within", within(d, tol)},
           {"wrong", d.wrong},
           {"max_ulp", d.max_ulp == kInfiniteUlp ? nlohmann::json("inf")
                                                           : nlohmann::json(d.max_ulp)},
+          {"scale_ulps", d.scale_ulps},
           {"nmse", d.nmse},
+          {"cosine", d.cosine},
+          {"share_rel_below_1e-3", d.share_1e3},
+          {"share_rel_below_5e-3", d.share_5e3},
+          {"over_torch_tolerance", d.over_torch},
           {"max_abs", {{"diff", d.max_abs}, {"index", d.max_abs_index}, {"a", d.max_abs_a},
                        {"b", d.max_abs_b}}},
           {"max_rel", {{"diff", d.max_rel}, {"index", d.max_rel_index}, {"a", d.max_rel_a},
@@ -90,29 +103,120 @@ nlohmann::json row_json(int64_t step, const TensorDiff& d) {
           {"problem", d.problem}};
 }
 
+// "reference, bf16, single device" for a parity dump; "torch.save" for another writer's file.
+std::string describe(const dumps::Dump& d) {
+  if (!dumps::is_parity_dump(d)) return d.meta.count("kind") ? d.meta.at("kind") : "?";
+  return d.meta.at("trainer") + ", " + d.meta.at("dtype") + ", " + d.meta.at("split");
+}
+
+std::string steps_text(const dumps::Dump& d) {
+  std::string out;
+  for (const auto& [s, _] : d.steps) out += (out.empty() ? "" : ", ") + std::to_string(s);
+  return out;
+}
+
+// Keeps only `step` of a parity dump (refusing a step it lacks).
+void keep_step(dumps::Dump& d, int64_t step) {
+  if (!d.steps.count(step))
+    throw dumps::DumpError("'" + d.source + "' holds no dump of step " + std::to_string(step) +
+                           " (it holds " + steps_text(d) + "); give --step with one of them");
+  auto s = std::move(d.steps.at(step));
+  d.steps.clear();
+  d.steps[step] = std::move(s);
+}
+
+// A file of another writer is one step: it stands for the parity dump's step asked for, or
+// its only one. Two parity dumps keep every step unless --step picks one.
+void align_steps(dumps::Dump& A, dumps::Dump& B, int64_t step) {
+  const bool pa = dumps::is_parity_dump(A), pb = dumps::is_parity_dump(B);
+  if (pa && pb) {
+    if (step > 0) {
+      keep_step(A, step);
+      keep_step(B, step);
+    }
+    return;
+  }
+  if (!pa && !pb) return;
+  dumps::Dump& parity = pa ? A : B;
+  dumps::Dump& other = pa ? B : A;
+  if (step == 0) {
+    if (parity.steps.size() != 1)
+      throw CompareError("'" + parity.source + "' holds steps " + steps_text(parity) + " and '" +
+                         other.source + "' one: give --step N to say which step it stands for");
+    step = parity.steps.begin()->first;
+  }
+  keep_step(parity, step);
+  auto s = std::move(other.steps.begin()->second);
+  s.step = step;
+  other.steps.clear();
+  other.steps[step] = std::move(s);
+}
+
+Tolerance tolerance_of(const CompareOptions& o) {
+  if (o.max_ulp) {
+    if (o.tol != "bitwise")
+      throw CompareError("--max-ulp " + std::to_string(*o.max_ulp) + " and --tol " + o.tol +
+                         " both set the tolerance; give one (--max-ulp K is --tol ulp:K)");
+    return Tolerance{Tolerance::Ulp, *o.max_ulp};
+  }
+  const auto t = parse_tolerance(o.tol);
+  if (!t) throw CompareError("unknown --tol '" + o.tol + "'; use bitwise, ulp:K or torch");
+  return *t;
+}
+
 }  // namespace
 
 int compare_command(const CompareOptions& o) {
-  const auto A = dumps::read_dump(o.a);
-  const auto B = dumps::read_dump(o.b);
+  const Tolerance tol = tolerance_of(o);
+  UlpChoice ulp;
+  if (!o.ulp_dtype.empty()) {
+    ulp.forced = parse_float_dtype(o.ulp_dtype);
+    if (!ulp.forced)
+      throw CompareError("unknown --ulp-dtype '" + o.ulp_dtype + "'; use bf16, fp16, fp32 or fp64");
+  }
+  std::optional<Prediction> prediction;
+  if (!o.layout.empty()) prediction = predict(parse_layout(o.layout));
+  const dumps::NameMap names = o.map.empty() ? dumps::NameMap{} : dumps::read_name_map(o.map);
+  auto A = dumps::read_run(o.a, names);
+  auto B = dumps::read_run(o.b, names);
+  align_steps(A, B, o.step);
   std::vector<std::pair<int64_t, TensorDiff>> rows;
-  for (auto& r : compare_dumps(A, B, o.threads)) rows.push_back({r.step, std::move(r.diff)});
+  for (auto& r : compare_dumps(A, B, o.threads, ulp)) rows.push_back({r.step, std::move(r.diff)});
+
+  // The predicted set: every differing gradient must lie inside it.
+  std::vector<std::string> outside;
+  int named = 0;
+  if (prediction)
+    for (const auto& [step, d] : rows) {
+      if (d.name.rfind("grads/", 0) != 0) continue;
+      const std::string fqn = d.name.substr(6);
+      named += unit_of_name(fqn, prediction->layers) < prediction->layers;
+      if (!d.bitwise && !prediction->predicts(fqn)) outside.push_back(d.name);
+    }
 
   // Verdict and guards against vacuous agreement.
   int differing = 0;
   uint64_t worst = 0;
   bool failed = false;
   for (const auto& [step, d] : rows) {
+    if (!within(d, tol)) failed = true;
     if (d.bitwise) continue;
     ++differing;
     worst = std::max(worst, d.max_ulp);
-    if (!d.problem.empty() || d.nan_mismatch > 0 || d.max_ulp > o.max_ulp) failed = true;
   }
+  if (!outside.empty()) failed = true;
   std::vector<std::string> vacuous;
-  bool all_grads_zero = true;
+  int grads = 0, zero_grads = 0;
   for (const auto& [step, d] : rows)
-    if (d.name.rfind("grads/", 0) == 0 && !d.all_zero) all_grads_zero = false;
-  if (all_grads_zero) vacuous.push_back("every gradient is zero in both runs");
+    if (d.name.rfind("grads/", 0) == 0) {
+      ++grads;
+      zero_grads += d.all_zero;
+    }
+  if (grads > 0 && zero_grads == grads) vacuous.push_back("every gradient is zero in both runs");
+  int tensors = 0;
+  for (const auto& [step, d] : rows)
+    tensors += d.name.find('/') != std::string::npos && d.problem.empty();
+  if (tensors == 0) vacuous.push_back("the runs share no tensor name (see --map)");
   auto flat = [](const std::vector<double>& l) {
     return l.size() > 1 && std::all_of(l.begin(), l.end(), [&](double x) { return x == l[0]; });
   };
@@ -131,18 +235,32 @@ int compare_command(const CompareOptions& o) {
       first_loss_diff = static_cast<int64_t>(i) + 1;
       break;
     }
-  if (first_loss_diff > 0 && o.max_ulp == 0) failed = true;
+  if (first_loss_diff > 0 && tol.kind == Tolerance::Bitwise) failed = true;
 
   std::unique_ptr<dumps::Dump> truth;
-  if (!o.truth.empty()) truth = std::make_unique<dumps::Dump>(dumps::read_dump(o.truth));
+  if (!o.truth.empty()) {
+    truth = std::make_unique<dumps::Dump>(dumps::read_run(o.truth, names));
+    dumps::Dump& lead = dumps::is_parity_dump(A) ? A : B;
+    if (!dumps::is_parity_dump(*truth) && lead.steps.size() == 1) {
+      auto st = std::move(truth->steps.begin()->second);
+      truth->steps.clear();
+      truth->steps[lead.steps.begin()->first] = std::move(st);
+    }
+  }
 
   if (o.json) {
     nlohmann::json j;
     if (truth) j["truth"] = truth_table(A, B, *truth, false);
     j["a"] = o.a;
     j["b"] = o.b;
+    j["tolerance"] = to_string(tol);
     j["rows"] = nlohmann::json::array();
-    for (const auto& [step, d] : rows) j["rows"].push_back(row_json(step, d));
+    for (const auto& [step, d] : rows) {
+      auto r = row_json(step, d, tol);
+      if (prediction && d.name.rfind("grads/", 0) == 0)
+        r["predicted"] = prediction->predicts(d.name.substr(6));
+      j["rows"].push_back(std::move(r));
+    }
     j["summary"] = {{"tensors", rows.size()},
                     {"differing", differing},
                     {"max_ulp", worst == kInfiniteUlp ? nlohmann::json("inf")
@@ -150,33 +268,52 @@ int compare_command(const CompareOptions& o) {
                     {"first_step_loss_or_norm_differs", first_loss_diff},
                     {"vacuous", vacuous},
                     {"pass", !failed}};
+    if (prediction)
+      j["prediction"] = {{"layout", o.layout},
+                         {"deposited_blocks", prediction->deposited},
+                         {"describe", prediction->describe()},
+                         {"outside", outside}};
     std::cout << j.dump(2) << "\n";
     return failed ? 1 : 0;
   }
-  std::printf("# parity compare\n#   a: %s (%s, %s, %s)\n#   b: %s (%s, %s, %s)\n", o.a.c_str(),
-              A.meta.at("trainer").c_str(), A.meta.at("dtype").c_str(), A.meta.at("split").c_str(),
-              o.b.c_str(), B.meta.at("trainer").c_str(), B.meta.at("dtype").c_str(),
-              B.meta.at("split").c_str());
-  std::printf("%5s  %-46s %-8s %9s %7s %9s %7s %10s %12s  %s\n", "step", "tensor", "dtype",
-              "numel", "bitwise", "#wrong", "max_ulp", "nmse", "max_abs", "at index: a vs b");
+  std::printf("# parity compare (tolerance %s)\n#   a: %s (%s)\n#   b: %s (%s)\n",
+              to_string(tol).c_str(), o.a.c_str(), describe(A).c_str(), o.b.c_str(),
+              describe(B).c_str());
+  std::printf("%5s  %-46s %-8s %9s %7s %9s %11s %9s %10s %9s %7s %7s %12s  %s\n", "step", "tensor",
+              "dtype", "numel", "bitwise", "#wrong", "max_ulp", "scale_ulp", "nmse", "cosine",
+              "<0.1%", "<0.5%", "max_abs", "at index: a vs b");
   for (const auto& [step, d] : rows) {
+    const bool out = std::find(outside.begin(), outside.end(), d.name) != outside.end();
     if (d.bitwise && !o.all_rows) continue;
     if (!d.problem.empty()) {
       std::printf("%5lld  %-46s %s\n", static_cast<long long>(step), d.name.c_str(),
                   d.problem.c_str());
       continue;
     }
-    std::printf("%5lld  %-46s %-8s %9lld %7s %9lld %7s %10.3e %12.4e  %lld: %.9g vs %.9g%s\n",
+    const std::string ulps = ulp_text(d.max_ulp) + (d.ulp_dtype.empty() ? "" : " " + d.ulp_dtype);
+    std::printf("%5lld  %-46s %-8s %9lld %7s %9lld %11s %9.3g %10.3e %9.6f %7.4f %7.4f %12.4e  "
+                "%lld: %.9g vs %.9g%s%s%s\n",
                 static_cast<long long>(step), d.name.c_str(), d.dtype.c_str(),
                 static_cast<long long>(d.numel), d.bitwise ? "yes" : "no",
-                static_cast<long long>(d.wrong), ulp_text(d.max_ulp).c_str(), d.nmse, d.max_abs,
-                static_cast<long long>(d.max_abs_index), d.max_abs_a, d.max_abs_b,
-                d.nan_mismatch ? "  NaN/Inf mismatch" : "");
+                static_cast<long long>(d.wrong), ulps.c_str(), d.scale_ulps, d.nmse, d.cosine,
+                d.share_1e3, d.share_5e3, d.max_abs, static_cast<long long>(d.max_abs_index),
+                d.max_abs_a, d.max_abs_b, d.nan_mismatch ? "  NaN/Inf mismatch" : "",
+                within(d, tol) ? "" : "  (outside the tolerance)",
+                out ? "  OUTSIDE THE PREDICTION" : "");
   }
   if (first_loss_diff > 0)
     std::printf("# every-step metrics: loss or grad norm first differs at step %lld\n",
                 static_cast<long long>(first_loss_diff));
   for (const auto& v : vacuous) std::printf("# vacuous agreement: %s\n", v.c_str());
+  if (prediction) {
+    std::printf("# prediction (--layout %s): %s\n", o.layout.c_str(),
+                prediction->describe().c_str());
+    if (named == 0)
+      std::printf("# prediction: no gradient is named tok_embeddings.* or layers.<l>.*; map the "
+                  "run's names with --map\n");
+    std::printf("# prediction: %zu differing gradient(s) outside the predicted set%s\n",
+                outside.size(), outside.empty() ? "" : " (listed above)");
+  }
   if (truth) truth_table(A, B, *truth, true);
   std::printf("# %zu tensors compared, %zu bitwise equal, %d differ (max %s ulp); %s\n",
               rows.size(), rows.size() - differing, differing, ulp_text(worst).c_str(),

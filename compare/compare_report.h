@@ -1,25 +1,41 @@
-// `parity compare A B`: every tensor of two dumps, side by side (DESIGN.md section 6), with the
-// guards against vacuous agreement (all-zero gradients, a flat loss, both runs dead) and, with
-// a truth dump, each run's error against the fp64 truth in its own ulps.
+// `parity compare A B`: every tensor of two runs, side by side (DESIGN.md section 6), with the
+// guards against vacuous agreement (all-zero gradients, a flat loss, both runs dead); with a
+// truth dump, each run's error against the fp64 truth in its own ulps; with a layout, every
+// differing gradient judged against the predicted set (compare/predicted.h).
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <stdexcept>
 #include <string>
 
 namespace parity::compare {
 
+// Options of `parity compare` that cannot be used together: the CLI maps it to exit 2.
+class CompareError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 struct CompareOptions {
-  std::string a, b;      // dump directories or files
-  bool json = false;     // machine-readable output
-  uint64_t max_ulp = 0;  // pass when every difference is within this many ulps
+  std::string a, b;       // runs: parity dumps, torch.save, safetensors or HDF5 files, or
+                          // directories of them (dumps/external.h)
+  bool json = false;      // machine-readable output
+  std::string tol = "bitwise";      // when two tensors agree: bitwise | ulp:K | torch
+  std::optional<uint64_t> max_ulp;  // --max-ulp K, the same as --tol ulp:K
+  std::string ulp_dtype;  // count ulps in this float dtype ("" : the compute dtype)
+  std::string map;        // a name map file (--map), or ""
+  std::string layout;     // --layout spec for the predicted set, or ""
+  int64_t step = 0;       // the parity dump's step a single-step file stands for (0: its only)
   bool all_rows = false;  // list the bitwise-equal tensors too
   int threads = 2;
   std::string truth;  // an fp64 dump of the same cell, or ""
 };
 
-// Prints the table (or JSON) on stdout. Returns 0 when every tensor is bitwise equal (or within
-// max_ulp) and no guard fires, 1 otherwise; throws dumps::DumpError for an unreadable or
-// incomparable dump.
+// Prints the table (or JSON) on stdout. Returns 0 when every tensor agrees under the
+// tolerance, no guard against vacuous agreement fires and (with --layout) no differing
+// gradient lies outside the predicted set; 1 otherwise. Throws dumps::DumpError for an
+// unreadable or incomparable run, CompareError or LayoutError for unusable options.
 int compare_command(const CompareOptions& o);
 
 }  // namespace parity::compare

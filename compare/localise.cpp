@@ -10,6 +10,7 @@
 
 #include "compare/dump_compare.h"
 #include "compare/exact_math.h"
+#include "compare/predicted.h"
 #include "dumps/dump.h"
 #include "dumps/ledger_dump.h"
 #include "kernels/config.h"
@@ -111,16 +112,11 @@ RunShape run_shape(const dumps::Dump& d) {
 
 // The blocks some stage reads from its rank's store: their deposits are the only sums whose
 // order the cached transport changes.
-std::set<int> deposited_blocks(const RunShape& r) {
-  std::set<int> out;
-  if (!r.pipelined || !r.cache) return out;
-  auto t = pipelined::make_routing_tables(r.model.n_layers, r.model.layers_per_block, r.split, r.pp);
-  for (const auto& s : t.stages) out.insert(s.deposits.begin(), s.deposits.end());
-  return out;
+// The blocks the run's stages read from their ranks' stores (none without the cache).
+std::set<int> run_deposits(const RunShape& r) {
+  if (!r.pipelined || !r.cache) return {};
+  return deposited_blocks(r.model.n_layers, r.model.layers_per_block, r.split, r.pp);
 }
-
-// A parameter of unit u feeds the blocks b with b * lpb > u.
-bool feeds(int unit, int block, int lpb) { return block * lpb > unit; }
 
 // One side's block gradient against its own contributions.
 struct SelfCheck {
@@ -300,8 +296,8 @@ LocaliseReport localise(const std::string& a_path, const std::string& b_path, in
                     "' share no dumped step with a ledger on both sides; rerun both with "
                     "`parity train ... --ledger --dump DIR --dump-steps N`");
 
-  std::set<int> deposited = deposited_blocks(sa);
-  for (int blk : deposited_blocks(sb)) deposited.insert(blk);
+  std::set<int> deposited = run_deposits(sa);
+  for (int blk : run_deposits(sb)) deposited.insert(blk);
   for (const auto& [fqn, unit] : sa.unit_of)
     for (int blk : deposited)
       if (feeds(unit, blk, lpb)) rep.predicted.insert(fqn);

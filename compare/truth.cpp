@@ -1,23 +1,12 @@
 #include "compare/truth.h"
 
+#include <algorithm>
 #include <cmath>
-#include <cstring>
 
+#include "compare/float_formats.h"
 #include "compare/tensor_compare.h"
 
 namespace parity::compare {
-
-namespace {
-
-// Round-to-nearest-even of an fp32 value to bf16 bits (what a cast to bf16 does).
-uint16_t float_to_bf16_bits(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  const uint32_t rounding = 0x7fff + ((bits >> 16) & 1);
-  return static_cast<uint16_t>((bits + rounding) >> 16);
-}
-
-}  // namespace
 
 TruthError error_vs_truth(const std::string& name, const h5::Array& run, const h5::Array& truth) {
   TruthError e;
@@ -31,42 +20,23 @@ TruthError error_vs_truth(const std::string& name, const h5::Array& run, const h
     e.problem = "shapes differ";
     return e;
   }
+  if (!is_float(run.dtype)) {
+    e.problem = std::string("cannot measure a ") + h5::dtype_name(run.dtype) + " tensor in ulps";
+    return e;
+  }
   double total = 0;
   for (int64_t i = 0; i < e.numel; ++i) {
-    double t;
-    std::memcpy(&t, truth.bytes.data() + 8 * i, 8);
-    uint64_t u = 0;
-    bool finite = std::isfinite(t);
-    switch (run.dtype) {
-      case h5::DType::F32: {
-        float r;
-        std::memcpy(&r, run.bytes.data() + 4 * i, 4);
-        finite = finite && std::isfinite(r);
-        if (finite) u = ulp_distance_f32(r, static_cast<float>(t));
-        break;
-      }
-      case h5::DType::BF16: {
-        uint16_t r;
-        std::memcpy(&r, run.bytes.data() + 2 * i, 2);
-        if (finite) u = ulp_distance_bf16(r, float_to_bf16_bits(static_cast<float>(t)));
-        break;
-      }
-      case h5::DType::F64: {
-        double r;
-        std::memcpy(&r, run.bytes.data() + 8 * i, 8);
-        finite = finite && std::isfinite(r);
-        if (finite) u = ulp_distance_f64(r, t);
-        break;
-      }
-      default:
-        e.problem = std::string("cannot measure a ") + h5::dtype_name(run.dtype) + " tensor in ulps";
-        return e;
-    }
-    if (!finite) {
+    const double t = load_as<h5::DType::F64>(truth.bytes.data(), i);
+    const double r = load_value(run.dtype, run.bytes.data(), i);
+    if (!std::isfinite(t) || !std::isfinite(r)) {
       e.problem = "non-finite values";
       e.max_ulp = kInfiniteUlp;
       return e;
     }
+    // The truth rounded to the run's dtype is the value the run would ideally hold.
+    const __int128 d = static_cast<__int128>(stored_ordinal(run.dtype, run.bytes.data(), i)) -
+                       ordinal_in(run.dtype, t);
+    const uint64_t u = static_cast<uint64_t>(d < 0 ? -d : d);
     e.max_ulp = std::max(e.max_ulp, u);
     total += static_cast<double>(u);
   }

@@ -19,7 +19,7 @@ struct TruthError {
   std::string problem;    // shape mismatch, truth not float64, non-finite values
 };
 
-// run: F32, BF16 or F64; truth: F64 of the same shape.
+// run: a float dtype (bf16, fp16, fp32, fp64); truth: F64 of the same shape.
 TruthError error_vs_truth(const std::string& name, const h5::Array& run, const h5::Array& truth);
 
 }  // namespace parity::compare

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <string>
 
 #include "datasets/corpus.h"
 
@@ -91,6 +93,155 @@ void write_token_file(const std::string& path, const std::vector<int32_t>& ids,
     std::remove(tmp.c_str());
     throw DataError("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
   }
+}
+
+namespace {
+
+std::string slurp_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw DataError("--tokens '" + path + "' cannot be opened; check the path");
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw DataError("--tokens '" + path + "' cannot be read");
+  return bytes;
+}
+
+// Little-endian ids of `width` bytes (2 unsigned, 4 or 8 signed) from `p`, checked against the
+// vocabulary one by one.
+std::vector<int32_t> ids_from(const std::string& path, const unsigned char* p, size_t count,
+                              int width, bool is_unsigned, int64_t vocab) {
+  std::vector<int32_t> ids(count);
+  for (size_t i = 0; i < count; ++i) {
+    int64_t v = 0;
+    uint64_t u = 0;
+    for (int b = width - 1; b >= 0; --b) u = (u << 8) | p[i * width + b];
+    if (is_unsigned || width == 8)
+      v = static_cast<int64_t>(u);
+    else if (width == 4)
+      v = static_cast<int32_t>(static_cast<uint32_t>(u));
+    else
+      v = static_cast<int16_t>(static_cast<uint16_t>(u));
+    if (v < 0 || v >= vocab)
+      throw DataError("--tokens '" + path + "': token id " + std::to_string(v) + " at position " +
+                      std::to_string(i) + " is outside the model's vocabulary [0, " +
+                      std::to_string(vocab) + "); give ids of this flavor's tokenizer");
+    ids[i] = static_cast<int32_t>(v);
+  }
+  return ids;
+}
+
+}  // namespace
+
+bool is_npy_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[6] = {};
+  return in.read(magic, 6) && std::memcmp(magic, "\x93NUMPY", 6) == 0;
+}
+
+std::vector<int32_t> read_npy_tokens(const std::string& path, int64_t vocab) {
+  const std::string bytes = slurp_file(path);
+  const std::string where = "--tokens '" + path + "' (.npy): ";
+  if (bytes.size() < 10 || std::memcmp(bytes.data(), "\x93NUMPY", 6) != 0)
+    throw DataError(where + "no NumPy header; write it with numpy.save");
+  const int major = static_cast<unsigned char>(bytes[6]);
+  size_t header_len, start;
+  if (major == 1) {
+    header_len = static_cast<unsigned char>(bytes[8]) | (static_cast<unsigned char>(bytes[9]) << 8);
+    start = 10;
+  } else if (major == 2 || major == 3) {
+    if (bytes.size() < 12) throw DataError(where + "the header is cut short");
+    header_len = 0;
+    for (int b = 3; b >= 0; --b) header_len = (header_len << 8) | static_cast<unsigned char>(bytes[8 + b]);
+    start = 12;
+  } else {
+    throw DataError(where + "format version " + std::to_string(major) + " is not 1, 2 or 3");
+  }
+  if (header_len > bytes.size() - start) throw DataError(where + "the header runs past the end");
+  const std::string header = bytes.substr(start, header_len);
+  auto value_of = [&](const std::string& key) {
+    const auto k = header.find("'" + key + "'");
+    if (k == std::string::npos) throw DataError(where + "the header lacks '" + key + "'");
+    const auto colon = header.find(':', k);
+    if (colon == std::string::npos) throw DataError(where + "the header's '" + key + "' has no value");
+    size_t v = colon + 1;
+    while (v < header.size() && header[v] == ' ') ++v;
+    return header.substr(v);
+  };
+  const std::string descr = value_of("descr");
+  int width = 0;
+  bool is_unsigned = false;
+  if (descr.rfind("'<u2'", 0) == 0) {
+    width = 2;
+    is_unsigned = true;
+  } else if (descr.rfind("'<i4'", 0) == 0) {
+    width = 4;
+  } else if (descr.rfind("'<i8'", 0) == 0) {
+    width = 8;
+  } else if (descr.rfind("'|u1'", 0) == 0) {
+    width = 1;
+    is_unsigned = true;
+  } else {
+    throw DataError(where + "element type " + descr.substr(0, descr.find(',')) +
+                    " is not uint16, int32 or int64 (little-endian); save the ids as one of them");
+  }
+  if (value_of("fortran_order").rfind("False", 0) != 0)
+    throw DataError(where + "the array is in Fortran order; save a C-order array");
+  const std::string shape = value_of("shape");
+  if (shape.empty() || shape[0] != '(') throw DataError(where + "the header's shape is unreadable");
+  std::vector<uint64_t> dims;
+  size_t i = 1;
+  while (i < shape.size() && shape[i] != ')') {
+    if (shape[i] == ' ' || shape[i] == ',') {
+      ++i;
+      continue;
+    }
+    if (shape[i] < '0' || shape[i] > '9') throw DataError(where + "the header's shape is unreadable");
+    uint64_t d = 0;
+    while (i < shape.size() && shape[i] >= '0' && shape[i] <= '9') {
+      if (d > (uint64_t{1} << 40)) throw DataError(where + "a dimension is too large");
+      d = 10 * d + static_cast<uint64_t>(shape[i] - '0');
+      ++i;
+    }
+    dims.push_back(d);
+  }
+  uint64_t count = 1;
+  int non_unit = 0;
+  for (auto d : dims) {
+    count *= d;
+    non_unit += d != 1;
+    if (count > (uint64_t{1} << 40)) throw DataError(where + "the array is too large");
+  }
+  if (dims.empty() || non_unit > 1)
+    throw DataError(where + "the ids must be one-dimensional (their shape has " +
+                    std::to_string(dims.size()) + " dimensions); save a flat array");
+  const size_t data = start + header_len;
+  if (count * static_cast<uint64_t>(width) != bytes.size() - data)
+    throw DataError(where + "the header promises " + std::to_string(count) + " ids of " +
+                    std::to_string(width) + " bytes but the file holds " +
+                    std::to_string(bytes.size() - data) + " data bytes; write it again");
+  return ids_from(path, reinterpret_cast<const unsigned char*>(bytes.data() + data),
+                  static_cast<size_t>(count), width, is_unsigned, vocab);
+}
+
+std::vector<int32_t> read_raw_tokens(const std::string& path, const std::string& raw_dtype,
+                                     int64_t vocab) {
+  int width;
+  bool is_unsigned = false;
+  if (raw_dtype == "uint16") {
+    width = 2;
+    is_unsigned = true;
+  } else if (raw_dtype == "int32") {
+    width = 4;
+  } else if (raw_dtype == "int64") {
+    width = 8;
+  } else {
+    throw DataError("--tokens-dtype '" + raw_dtype + "': use uint16, int32 or int64");
+  }
+  const std::string bytes = slurp_file(path);
+  if (bytes.size() % static_cast<size_t>(width) != 0)
+    throw DataError("--tokens '" + path + "': " + std::to_string(bytes.size()) +
+                    " bytes is not a whole number of " + raw_dtype + " ids; check --tokens-dtype");
+  return ids_from(path, reinterpret_cast<const unsigned char*>(bytes.data()),
+                  bytes.size() / static_cast<size_t>(width), width, is_unsigned, vocab);
 }
 
 }  // namespace parity::datasets

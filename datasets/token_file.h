@@ -27,6 +27,19 @@ bool try_read_token_file(const std::string& path, TokenFile& out);
 // Throws DataError naming the file if it cannot be read or is damaged.
 TokenFile read_token_file(const std::string& path);
 
+// Token ids written by other tools, for `--tokens`:
+//   a NumPy .npy file (recognised by its magic "\x93NUMPY", versions 1-3): one dimension (or
+//     several of which only one is not 1), C order, little-endian uint16, int32 or int64 ('<u2',
+//     '<i4', '<i8'; '|u1' too);
+//   a raw array with no header (nanoGPT's and Megatron's .bin), read only when raw_dtype names
+//     its element type: "uint16", "int32" or "int64", little-endian.
+// Every id must lie in [0, vocab): the first one outside is refused with its position. Throws
+// DataError naming the file, the fault and the remedy.
+std::vector<int32_t> read_npy_tokens(const std::string& path, int64_t vocab);
+std::vector<int32_t> read_raw_tokens(const std::string& path, const std::string& raw_dtype,
+                                     int64_t vocab);
+bool is_npy_file(const std::string& path);
+
 // Atomic write (temporary name + rename); throws DataError naming the file on failure.
 void write_token_file(const std::string& path, const std::vector<int32_t>& ids,
                       int32_t vocab_size, int32_t eos_id);

@@ -101,18 +101,29 @@ std::string tokenize(const std::string& data_path) {
 std::unique_ptr<datasets::TokenRows> load_rows(const RunOptions& o) {
   if (!o.tokens_path.empty() && !o.data_path.empty())
     throw UsageError("--tokens and --data both name the text; give one");
+  if (!o.tokens_dtype.empty() && o.tokens_path.empty())
+    throw UsageError("--tokens-dtype describes a raw --tokens file; give --tokens FILE too");
   if (!o.tokens_path.empty() && !std::filesystem::is_regular_file(o.tokens_path))
     throw UsageError("--tokens '" + o.tokens_path + "' is not a file; make one with "
                      "parity-tokenize (it prints the path of the file it writes)");
   if (!o.data_path.empty()) datasets::load_jsonl(o.data_path);  // validate here, in one line
-  datasets::TokenFile file;
-  if (o.tokens_path.empty())
-    file = datasets::read_token_file(tokenize(o.data_path));
-  else if (!datasets::try_read_token_file(o.tokens_path, file))
-    throw UsageError("--tokens '" + o.tokens_path + "' is not a token file (wrong header, size "
-                     "or checksum); make one with `parity-tokenize [--data FILE.jsonl]`, which "
-                     "prints the path of the file it writes");
   const auto cfg = kernels::flavor(o.flavor);
+  datasets::TokenFile file;
+  if (o.tokens_path.empty()) {
+    file = datasets::read_token_file(tokenize(o.data_path));
+  } else if (!o.tokens_dtype.empty()) {
+    if (datasets::is_npy_file(o.tokens_path))
+      throw UsageError("--tokens '" + o.tokens_path + "' is a .npy array, which names its own "
+                       "element type; drop --tokens-dtype (it is for raw arrays)");
+    file.ids = datasets::read_raw_tokens(o.tokens_path, o.tokens_dtype, cfg.vocab);
+  } else if (datasets::is_npy_file(o.tokens_path)) {
+    file.ids = datasets::read_npy_tokens(o.tokens_path, cfg.vocab);
+  } else if (!datasets::try_read_token_file(o.tokens_path, file)) {
+    throw UsageError("--tokens '" + o.tokens_path + "' is not a token file: neither parity's "
+                     "(wrong header, size or checksum) nor a .npy array; make one with "
+                     "`parity-tokenize [--data FILE.jsonl]`, or read a raw array of ids with "
+                     "--tokens-dtype uint16|int32|int64");
+  }
   if (file.vocab_size > cfg.vocab)
     throw UsageError("the tokenizer has " + std::to_string(file.vocab_size) +
                      " pieces but flavor " + cfg.name + " embeds only " +

@@ -38,7 +38,8 @@ struct RunOptions {
   std::string device = "cpu";
   std::string init_path;
   std::string data_path;
-  std::string tokens_path;  // a token file parity-tokenize wrote: no tokenizing here
+  std::string tokens_path;  // a token file parity-tokenize wrote, or a .npy: no tokenizing here
+  std::string tokens_dtype;  // a raw --tokens file's element type: uint16, int32, int64
   std::string clip_order = "single";
   std::string grad_accum = "auto";
   std::string attn_res = "recompute";

@@ -250,6 +250,38 @@ class Fixtures {
     out.commit();
   }
 
+  // A safetensors file of one fp32 tensor of n zeros, by the specification.
+  static std::string safetensors_one(const std::string& name, int n) {
+    std::string header = "{\"" + name + "\": {\"dtype\": \"F32\", \"shape\": [" +
+                         std::to_string(n) + "], \"data_offsets\": [0, " +
+                         std::to_string(4 * n) + "]}}";
+    std::string out(8, '\0');
+    for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+    return out + header + std::string(4 * static_cast<size_t>(n), '\0');
+  }
+
+  // A NumPy .npy (format 1.0) of 2- or 4-byte little-endian elements (descr '<u2' or '<f4').
+  static std::string npy(const std::string& descr, const std::vector<double>& values) {
+    std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" +
+                         std::to_string(values.size()) + ",), }";
+    while ((10 + header.size() + 1) % 64) header += ' ';
+    header += '\n';
+    std::string out = std::string("\x93NUMPY\x01\x00", 8);
+    out += static_cast<char>(header.size() & 0xff);
+    out += static_cast<char>(header.size() >> 8);
+    out += header;
+    for (double v : values) {
+      if (descr == "<u2") {
+        const uint16_t u = static_cast<uint16_t>(v);
+        out.append(reinterpret_cast<const char*>(&u), 2);
+      } else {
+        const float f = static_cast<float>(v);
+        out.append(reinterpret_cast<const char*>(&f), 4);
+      }
+    }
+    return out;
+  }
+
   static void build(const fs::path& d) {
     const std::map<std::string, std::string> env = {{"PARITY_CACHE_DIR", PARITY_TEST_CACHE_DIR}};
     const fs::path cap = d / ".capture";
@@ -284,6 +316,15 @@ class Fixtures {
     while (!tok.empty() && (tok.back() == '\n' || tok.back() == '\r')) tok.pop_back();
     fs::copy_file(tok, d / "tokens.bin");
     std::ofstream(d / "garbage.bin") << "PRTYTOK1 this is not a token file at all\n";
+    // Users' files, damaged or not what they claim (the readers of dumps/external.h).
+    std::ofstream(d / "torn.pt", std::ios::binary) << std::string("PK\x03\x04torn zip", 12);
+    std::ofstream(d / "torn.safetensors", std::ios::binary)
+        << std::string("\x40\x00\x00\x00\x00\x00\x00\x00{\"w\": {\"dtype\"", 21);
+    std::ofstream(d / "sd_bad.safetensors", std::ios::binary) << safetensors_one("foo", 2);
+    std::ofstream(d / "ids_big.npy", std::ios::binary) << npy("<u2", {1, 2, 65000, 3});
+    std::ofstream(d / "ids_f32.npy", std::ios::binary) << npy("<f4", {1, 2});
+    std::ofstream(d / "odd.bin", std::ios::binary) << std::string("\x01\x00\x02", 3);
+    std::ofstream(d / "map_bad.txt") << "a b c\n";
     std::ofstream(d / "afile") << "hello\n";
     std::ofstream(d / "old.jsonl") << "old\n";
     std::ofstream(d / "old.json") << "old\n";

@@ -92,6 +92,40 @@ const std::vector<Case>& cases() {
       {"MaxNormNan", T + "--max-norm nan", "--max-norm: nan is not finite"},  // found
       {"MaxNormZero", T + "--max-norm 0", "--max-norm: 0 is out of range"},
       {"WarmupNegative", T + "--warmup -5", "--warmup: -5 is out of range; give an integer from 0"},  // found
+      // ---- users' own runs and files
+      {"CompareTolUnknown", "compare A B --tol close", "unknown --tol 'close'; use bitwise, ulp:K or torch"},
+      {"CompareMaxUlpAndTol", "compare A B --max-ulp 3 --tol torch",
+       "--max-ulp 3 and --tol torch both set the tolerance; give one"},
+      {"CompareUlpDtypeUnknown", "compare A B --ulp-dtype fp8", "unknown --ulp-dtype 'fp8'; use bf16"},
+      {"CompareLayoutUnknownKey", "compare A B --layout layers=17,block=4,pp=2,vp=2,x=1",
+       "--layout: unknown key 'x'"},
+      {"CompareLayoutMissingKey", "compare A B --layout layers=17", "lacks block=; give layers=L"},
+      {"CompareLayoutBadNumber", "compare A B --layout layers=17,block=4,pp=0,vp=2",
+       "--layout pp=0: give an integer from 1"},
+      {"CompareMapMissing", "compare A B --map nosuch.txt", "--map 'nosuch.txt' cannot be opened"},
+      {"CompareMapMalformed", "compare A B --map map_bad.txt", "line 1: want two names"},
+      {"CompareDamagedTorchSave", "compare torn.pt A", "'torn.pt'"},
+      {"CompareDamagedSafetensors", "compare torn.safetensors A", "'torn.safetensors'"},
+      {"CompareUnknownKind", "compare afile A", "'afile' is not a parity dump, a torch.save"},
+      {"CompareStepNotDumped", "compare sd_bad.safetensors A --step 9", "holds no dump of step 9"},
+      {"InitFromMissing", "init --flavor tiny --from nosuch.pt --out c.h5", "nosuch.pt"},
+      {"InitFromWrongKeys", "init --flavor tiny --from sd_bad.safetensors --out c.h5",
+       "is not a tiny state dict in torchtitan's names .*missing: tok_embeddings.weight.*extra: foo"},
+      {"InitFromADump", "init --flavor tiny --from A/rank0.h5 --out c.h5", "is a parity dump, not a state dict"},
+      {"InitFromWithPseudoQueryInit",
+       "init --flavor tiny --from sd_bad.safetensors --pseudo-query-init zero --out c.h5", "excludes"},
+      {"TokensNpyIdOutsideTheVocabulary", T + "--tokens ids_big.npy",
+       "token id 65000 at position 2 is outside the model's vocabulary"},
+      {"TokensNpyOfFloats", T + "--tokens ids_f32.npy", "element type '<f4' is not uint16, int32 or int64"},
+      {"TokensRawOddSize", T + "--tokens odd.bin --tokens-dtype uint16",
+       "3 bytes is not a whole number of uint16 ids"},
+      {"TokensDtypeOnANpyArray", T + "--tokens ids_f32.npy --tokens-dtype uint16",
+       "is a .npy array, which names its own element type; drop --tokens-dtype"},
+      {"TokensDtypeWithoutTokens", T + "--tokens-dtype uint16",
+       "--tokens-dtype describes a raw --tokens file; give --tokens FILE too"},
+      {"TokensDtypeUnknown", T + "--tokens odd.bin --tokens-dtype float32",
+       "--tokens-dtype 'float32': use uint16, int32 or int64"},
+      {"TokensNeitherKind", T + "--tokens afile", "is not a token file: neither parity's .* nor a .npy array"},
       {"LrScheduleUnknown", T + "--lr-schedule cosine", "unknown --lr-schedule 'cosine'; use wsd"},
       {"LossChunksZero", T + "--loss-chunks 0", "--loss-chunks: 0 is out of range"},
       {"LossChunksNotDividingTheSequence", T + "--loss-chunks 5",
@@ -132,7 +166,7 @@ const std::vector<Case>& cases() {
       {"DumpStepZero", T + "--dump out --dump-steps 0", "--dump-steps: 0 is out of range"},  // found
       {"DumpStepPastTheLast", T + "--dump out --dump-steps 5", "--dump-steps 5 is past the last step \\(--steps 1\\)"},  // found
       {"DumpStepNotANumber", T + "--dump out --dump-steps 1,x", "--dump-steps: 'x' is not an integer"},
-      {"TokensGarbageGetsTheTokenFilesRemedy", T + "--tokens garbage.bin", "--tokens 'garbage.bin' is not a token file .*parity-tokenize"},  // found
+      {"TokensGarbageGetsTheTokenFilesRemedy", T + "--tokens garbage.bin", "--tokens 'garbage.bin' is not a token file: .*parity-tokenize"},  // found
       {"TokensADirectory", T + "--tokens adir", "--tokens 'adir' is not a file"},
       {"TokensAndData", T + "--tokens tokens.bin --data afile", "--tokens and --data both name the text"},
       {"DataMissing", T + "--data missing.jsonl", "missing.jsonl"},
@@ -210,12 +244,12 @@ const std::vector<Case>& cases() {
       {"CompareMaxUlpNegative", "compare A B --max-ulp -1", "--max-ulp: '-1' is not an unsigned integer"},  // found
       {"CompareThreadsHuge", "compare A B --threads 100000", "--threads: 100000 is out of range"},  // found
       {"CompareThreadsZero", "compare A B --threads 0", "--threads: 0 is out of range"},
-      {"CompareMissing", "compare missing A", "dump 'missing' does not exist"},
+      {"CompareMissing", "compare missing A", "'missing' does not exist; give a dump, a torch.save"},
       {"CompareEmptyPath", "compare '' A", "the path is empty"},
-      {"CompareEmptyDirectory", "compare adir A", "holds no rank\\*.h5 file"},
+      {"CompareEmptyDirectory", "compare adir A", "directory 'adir' holds no file; give a run's files"},
       {"CompareNotHdf5", "compare afile A", "afile"},
-      {"CompareACheckpoint", "compare A ckpt.h5", "is not a parity dump"},
-      {"CompareTruthMissing", "compare A B --truth missing", "dump 'missing' does not exist"},
+      {"CompareACheckpoint", "compare A ckpt.h5", "'ckpt.h5' is a parity seed checkpoint \\(parity init\\), not a run"},
+      {"CompareTruthMissing", "compare A B --truth missing", "'missing' does not exist; give a dump"},
       {"CompareMixedRunsNamesTheRemedy", "compare mixed A", "mixes runs: rerun into an empty directory"},  // found
       {"CompareFewerFilesThanItsRunWrote", "compare D4 C", "holds 4 rank files, but its run wrote 2"},  // found
       {"LocaliseThreadsNegative", "localise A B --threads -1", "--threads: -1 is out of range"},  // found

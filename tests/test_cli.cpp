@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "tests/cli_harness.h"
+#include "tests/metric_lines.h"
 
 namespace fs = std::filesystem;
 
@@ -26,6 +27,7 @@ namespace {
 using parity::testing::CliResult;
 using parity::testing::count_lines;
 using parity::testing::expect_one_line_error;
+using parity::testing::metric_bits;
 using parity::testing::run_parity;
 using parity::testing::slurp;
 
@@ -353,18 +355,6 @@ int free_port() {
   int port = 0;
   ::close(parity::testing::loopback_socket(port, /*listen=*/false));
   return port;
-}
-
-// Every line of a metrics file without its timing field (step time differs run to run).
-std::vector<std::string> metric_bits(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream ss(text);
-  std::string line;
-  while (std::getline(ss, line)) {
-    auto j = nlohmann::json::parse(line);
-    out.push_back(j["loss_hex"].get<std::string>() + " " + j["grad_norm_hex"].get<std::string>());
-  }
-  return out;
 }
 
 const char* kMpCell = "train --trainer pipelined --flavor tiny --steps 5 --seq-len 16 --quiet "

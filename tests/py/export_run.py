@@ -1,0 +1,143 @@
+"""Writes what a PyTorch user would have, from parity's own files, with the real writers.
+
+Used by tests/test_cli_external.cpp (Debian's python3 with python3-torch, python3-h5py and
+python3-numpy):
+
+  export_run.py dump DUMP_FILE STEP OUT_PREFIX
+      the step's grads and params of a parity dump (an HDF5 file read with h5py; fp32 or fp64
+      tensors) as OUT_PREFIX.pt (torch.save of {"grads": {...}, "params": {...}}),
+      OUT_PREFIX.safetensors (one flat file, names "grads.<fqn>" / "params.<fqn>", written by
+      hand from the specification) and OUT_PREFIX.h5 (h5py, groups grads/ and params/); also
+      OUT_PREFIX.bf16.pt (the gradients alone, cast to bf16: a bf16 run's own dtype) and
+      OUT_PREFIX.part0.pt / OUT_PREFIX.part1.pt (the tensors in two halves, as two ranks of
+      one run would save them).
+  export_run.py state-dict CHECKPOINT OUT_PREFIX [bad]
+      a parity checkpoint's parameters as a raw state_dict (an OrderedDict, the way
+      model.state_dict() comes) in OUT_PREFIX.pt and OUT_PREFIX.safetensors, plus two
+      buffers and a vision tensor that init --from must skip; with `bad`, one key missing,
+      one extra and one mis-shaped.
+  export_run.py tokens TOKEN_FILE OUT_PREFIX
+      the ids of a parity token file (32-byte header, then int32 ids) as OUT_PREFIX.u16.npy,
+      OUT_PREFIX.i32.npy, OUT_PREFIX.i64.npy and a raw uint16 OUT_PREFIX.bin.
+  export_run.py small OUT_PREFIX
+      a few small tensors of every float dtype, nested, as OUT_PREFIX.pt, OUT_PREFIX.safetensors
+      and OUT_PREFIX.h5, and a few token ids as OUT_PREFIX.npy: the seeds of a fuzz pass.
+"""
+import collections
+import json
+import struct
+import sys
+
+import h5py
+import numpy as np
+import torch
+
+
+def write_safetensors(path, tensors):
+    """tensors: list of (name, torch tensor); F32/F64/BF16 as the tensor's dtype says."""
+    dtypes = {torch.float32: "F32", torch.float64: "F64", torch.bfloat16: "BF16",
+              torch.float16: "F16"}
+    header, chunks, offset = {}, [], 0
+    for name, t in tensors:
+        t = t.contiguous()
+        raw = t.view(torch.int16).numpy().tobytes() if t.element_size() == 2 \
+            else t.numpy().tobytes()
+        header[name] = {"dtype": dtypes[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        chunks.append(raw)
+        offset += len(raw)
+    header["__metadata__"] = {"format": "pt"}
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for c in chunks:
+            f.write(c)
+
+
+def read_group(group):
+    return {name: torch.from_numpy(np.array(group[name])) for name in group}
+
+
+def export_dump(dump, step, prefix):
+    with h5py.File(dump, "r") as f:
+        g = f["step_%06d" % int(step)]
+        grads, params = read_group(g["grads"]), read_group(g["params"])
+    torch.save({"grads": grads, "params": params}, prefix + ".pt")
+    flat = [("grads." + k, v) for k, v in grads.items()] + \
+           [("params." + k, v) for k, v in params.items()]
+    write_safetensors(prefix + ".safetensors", flat)
+    with h5py.File(prefix + ".h5", "w") as f:
+        for k, v in grads.items():
+            f.create_dataset("grads/" + k, data=v.numpy())
+        for k, v in params.items():
+            f.create_dataset("params/" + k, data=v.numpy())
+    torch.save({"grads": {k: v.to(torch.bfloat16) for k, v in grads.items()}},
+               prefix + ".bf16.pt")
+    names = sorted(grads)
+    half = len(names) // 2
+    for part, chosen in enumerate((names[:half], names[half:])):
+        torch.save({"grads": {k: grads[k] for k in chosen},
+                    "params": {k: params[k] for k in chosen}}, prefix + ".part%d.pt" % part)
+
+
+def export_state_dict(checkpoint, prefix, bad):
+    with h5py.File(checkpoint, "r") as f:
+        params = read_group(f["params"])
+    sd = collections.OrderedDict()
+    for k, v in params.items():
+        sd[k] = v
+    # What a torchtitan state dict holds beyond the text parameters.
+    sd["layers.1.moe.expert_bias_E"] = torch.zeros(4)
+    sd["vision_encoder.patch_embed.weight"] = torch.zeros(8, 3)
+    if bad:
+        del sd["norm.weight"]
+        sd["layers.0.extra.weight"] = torch.zeros(2)
+        sd["lm_head.weight"] = torch.zeros(3, 3)
+    sd._metadata = collections.OrderedDict({"": {"version": 1}})
+    torch.save(sd, prefix + ".pt")
+    write_safetensors(prefix + ".safetensors", list(sd.items()))
+
+
+def export_tokens(token_file, prefix):
+    with open(token_file, "rb") as f:
+        header = f.read(32)
+        (count,) = struct.unpack("<Q", header[8:16])
+        ids = np.frombuffer(f.read(4 * count), dtype="<i4")
+    np.save(prefix + ".u16.npy", ids.astype("<u2"))
+    np.save(prefix + ".i32.npy", ids.astype("<i4"))
+    np.save(prefix + ".i64.npy", ids.astype("<i8"))
+    ids.astype("<u2").tofile(prefix + ".bin")
+
+
+def export_small(prefix):
+    g = torch.Generator().manual_seed(5)
+    grads = {"a.weight": torch.randn(3, 4, generator=g).to(torch.bfloat16),
+             "b.weight": torch.randn(5, generator=g).to(torch.float16),
+             "c.bias": torch.randn(2, 2, generator=g)}
+    params = {"a.weight": torch.randn(3, 4, generator=g, dtype=torch.float64)}
+    torch.save({"grads": grads, "params": params}, prefix + ".pt")
+    flat = [("grads." + k, v) for k, v in grads.items()] + \
+           [("params." + k, v) for k, v in params.items()]
+    write_safetensors(prefix + ".safetensors", flat)
+    with h5py.File(prefix + ".h5", "w") as f:
+        for k, v in grads.items():
+            f.create_dataset("grads/" + k, data=v.float().numpy())
+        for k, v in params.items():
+            f.create_dataset("params/" + k, data=v.numpy())
+    np.save(prefix + ".npy", np.arange(1, 200, dtype="<i4") % 97)
+
+
+if __name__ == "__main__":
+    cmd = sys.argv[1]
+    if cmd == "dump":
+        export_dump(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif cmd == "state-dict":
+        export_state_dict(sys.argv[2], sys.argv[3], len(sys.argv) > 4 and sys.argv[4] == "bad")
+    elif cmd == "small":
+        export_small(sys.argv[2])
+    elif cmd == "tokens":
+        export_tokens(sys.argv[2], sys.argv[3])
+    else:
+        sys.exit("unknown command " + cmd)

@@ -164,6 +164,23 @@ std::string footnote_text(const std::string& kind) {
   return it == t.end() ? kind : it->second;
 }
 
+DriftRow drift_row(const CellResult& c, const CellResult* ref, const std::vector<int64_t>& steps) {
+  DriftRow row;
+  row.cell = c.cell.name;
+  row.reference = ref == nullptr;
+  row.label = c.cell.label;
+  row.status = c.ok() ? "ok" : c.status + (c.error.empty() ? "" : ": " + c.error);
+  for (auto step : steps) {
+    row.loss.push_back(drift_value(c, ref, step, kLoss));
+    row.grad_norm.push_back(drift_value(c, ref, step, kNorm));
+  }
+  if (ref) {
+    row.loss_same = identical_steps(c, *ref, kLoss);
+    row.grad_norm_same = identical_steps(c, *ref, kNorm);
+  }
+  return row;
+}
+
 std::vector<DriftTable> drift_tables(const MatrixResult& r) {
   // Footnote numbers over the whole report, in kind order, for the kinds that occur.
   std::set<std::string> used;
@@ -190,25 +207,12 @@ std::vector<DriftTable> drift_tables(const MatrixResult& r) {
     for (const auto& c : r.cells) {
       const bool is_ref = &c == &ref;
       if (!is_ref && c.cell.reference != ref.cell.name) continue;
-      DriftRow row;
-      row.cell = c.cell.name;
-      row.reference = is_ref;
-      row.label = c.cell.label;
+      DriftRow row = drift_row(c, is_ref ? nullptr : &ref, r.report_steps);
       const auto kinds = row_kinds(c.cell, is_ref ? nullptr : &ref.cell);
       if (!kinds.empty()) row.label += " ";
       for (const auto& k : kinds) {
         row.label += "[" + std::to_string(number.at(k)) + "]";
         marks.insert(number.at(k));
-      }
-      row.status = c.ok() ? "ok" : c.status + (c.error.empty() ? "" : ": " + c.error);
-      const CellResult* against = is_ref ? nullptr : &ref;
-      for (auto step : r.report_steps) {
-        row.loss.push_back(drift_value(c, against, step, kLoss));
-        row.grad_norm.push_back(drift_value(c, against, step, kNorm));
-      }
-      if (!is_ref) {
-        row.loss_same = identical_steps(c, ref, kLoss);
-        row.grad_norm_same = identical_steps(c, ref, kNorm);
       }
       t.rows.push_back(std::move(row));
     }

@@ -57,6 +57,11 @@ struct DriftTable {
 
 std::vector<DriftTable> drift_tables(const MatrixResult& r);
 
+// One row: a cell against its reference (null for the reference's own row) at `steps`, with
+// the cell's label as it is (drift_tables adds the footnote marks).
+DriftRow drift_row(const CellResult& c, const CellResult* reference,
+                   const std::vector<int64_t>& steps);
+
 // The row kinds a footnote explains, decided from the cell and its reference:
 // "reference", "naive", "split", "stock", "reversed", "repeat", "per-rank", "multi-process",
 // "fault". Footnote numbers follow this order over the whole report.

@@ -239,4 +239,17 @@ std::string render_html(const MatrixResult& r, const Trend* trend) {
   return s;
 }
 
+std::string render_drift_html(const DriftTable& t, const MatrixResult& runs) {
+  std::string s =
+      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>parity drift: " +
+      escape(t.reference) + "</title>\n<style>" + kStyle + "</style>\n</head>\n<body>\n";
+  s += "<h1>parity drift</h1>\n<p>Per report step the raw value (loss with 6 decimals, grad norm "
+       "with 4), then <span class=\"same\">identical</span> when it prints as the reference "
+       "does, else the signed change.</p>\n";
+  s += drift_table(t, 0);
+  s += html::plots_section(runs, {t});
+  s += "</body>\n</html>\n";
+  return s;
+}
+
 }  // namespace parity::reports

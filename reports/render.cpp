@@ -141,28 +141,7 @@ std::string render_text(const MatrixResult& r, const Trend* trend) {
   std::ostringstream out;
   out << "# matrix " << r.matrix << " (" << r.source << "), git " << r.git_sha << ", started "
       << r.started << ", " << seconds_text(r.wall_seconds) << " s\n";
-  for (const auto& t : drift_tables(r)) {
-    out << "\n## " << t.title << "\n\n";
-    std::vector<std::vector<std::string>> rows = {header(t)};
-    std::vector<std::string> failed;
-    for (const auto& row : t.rows) {
-      std::vector<std::string> line = {row.label};
-      if (row.status != "ok") {
-        line.push_back(row.status);
-      } else {
-        for (const auto& v : row.loss) line.push_back(cell_text(v));
-        for (const auto& v : row.grad_norm) line.push_back(cell_text(v));
-      }
-      rows.push_back(line);
-    }
-    out << columns(rows) << "\n";
-    for (const auto& row : t.rows)
-      if (!row.reference && row.status == "ok")
-        out << row.label << ": loss " << row.loss_same.text << "; grad norm "
-            << row.grad_norm_same.text << "\n";
-    out << "\n";
-    for (const auto& f : t.footnotes) out << "[" << f.number << "] " << f.text << "\n";
-  }
+  for (const auto& t : drift_tables(r)) out << drift_table_text(t);
   out << "\n## step 1 against the reference, and the run\n\n" << columns(summary_table(r));
   for (const auto& c : r.cells)
     for (const auto& w : c.warnings) out << "warning: cell " << c.cell.name << ": " << w << "\n";
@@ -179,32 +158,7 @@ std::string render_markdown(const MatrixResult& r, const Trend* trend) {
   std::ostringstream out;
   out << "**parity matrix `" << r.matrix << "`** (" << r.source << "), git `" << r.git_sha
       << "`, started " << r.started << ", " << seconds_text(r.wall_seconds) << " s\n";
-  for (const auto& t : drift_tables(r)) {
-    out << "\n" << t.title << "\n\n|";
-    for (const auto& h : header(t)) out << " " << h << " |";
-    out << "\n|";
-    for (size_t i = 0; i < header(t).size(); ++i) out << "---|";
-    out << "\n";
-    for (const auto& row : t.rows) {
-      out << "| " << row.label << " |";
-      if (row.status != "ok") {
-        out << " " << row.status << " |";
-        for (size_t i = 1; i < 2 * t.steps.size(); ++i) out << " |";
-      } else {
-        for (const auto* vs : {&row.loss, &row.grad_norm})
-          for (const auto& v : *vs)
-            out << " " << (v.value.empty() ? "" : "`" + v.value + "`")
-                << (v.change.empty() ? "" : (v.value.empty() ? "" : " ") + v.change) << " |";
-      }
-      out << "\n";
-    }
-    out << "\n";
-    for (const auto& f : t.footnotes) out << "[" << f.number << "] " << f.text << "  \n";
-    for (const auto& row : t.rows)
-      if (!row.reference && row.status == "ok")
-        out << "- " << row.label << ": loss " << row.loss_same.text << "; grad norm "
-            << row.grad_norm_same.text << "\n";
-  }
+  for (const auto& t : drift_tables(r)) out << drift_table_markdown(t);
   const auto rows = summary_table(r);
   out << "\n| " << rows[0][1];
   for (size_t i = 2; i < rows[0].size(); ++i) out << " | " << rows[0][i];
@@ -257,31 +211,104 @@ std::string render_csv(const MatrixResult& r) {
   return out.str();
 }
 
+std::string drift_table_text(const DriftTable& t) {
+  std::ostringstream out;
+  out << "\n## " << t.title << "\n\n";
+  std::vector<std::vector<std::string>> rows = {header(t)};
+  for (const auto& row : t.rows) {
+    std::vector<std::string> line = {row.label};
+    if (row.status != "ok") {
+      line.push_back(row.status);
+    } else {
+      for (const auto& v : row.loss) line.push_back(cell_text(v));
+      for (const auto& v : row.grad_norm) line.push_back(cell_text(v));
+    }
+    rows.push_back(line);
+  }
+  out << columns(rows) << "\n";
+  for (const auto& row : t.rows)
+    if (!row.reference && row.status == "ok")
+      out << row.label << ": loss " << row.loss_same.text << "; grad norm "
+          << row.grad_norm_same.text << "\n";
+  out << "\n";
+  for (const auto& f : t.footnotes) out << "[" << f.number << "] " << f.text << "\n";
+  return out.str();
+}
+
+std::string drift_table_markdown(const DriftTable& t) {
+  std::ostringstream out;
+  out << "\n" << t.title << "\n\n|";
+  for (const auto& h : header(t)) out << " " << h << " |";
+  out << "\n|";
+  for (size_t i = 0; i < header(t).size(); ++i) out << "---|";
+  out << "\n";
+  for (const auto& row : t.rows) {
+    out << "| " << row.label << " |";
+    if (row.status != "ok") {
+      out << " " << row.status << " |";
+      for (size_t i = 1; i < 2 * t.steps.size(); ++i) out << " |";
+    } else {
+      for (const auto* vs : {&row.loss, &row.grad_norm})
+        for (const auto& v : *vs)
+          out << " " << (v.value.empty() ? "" : "`" + v.value + "`")
+              << (v.change.empty() ? "" : (v.value.empty() ? "" : " ") + v.change) << " |";
+    }
+    out << "\n";
+  }
+  out << "\n";
+  for (const auto& f : t.footnotes) out << "[" << f.number << "] " << f.text << "  \n";
+  for (const auto& row : t.rows)
+    if (!row.reference && row.status == "ok")
+      out << "- " << row.label << ": loss " << row.loss_same.text << "; grad norm "
+          << row.grad_norm_same.text << "\n";
+  return out.str();
+}
+
+json drift_table_json(const DriftTable& t) {
+  json rows = json::array();
+  for (const auto& row : t.rows) {
+    auto values = [&](const std::vector<DriftValue>& vs) {
+      json a = json::array();
+      for (size_t i = 0; i < vs.size(); ++i)
+        a.push_back({{"step", t.steps[i]}, {"value", vs[i].value}, {"change", vs[i].change}});
+      return a;
+    };
+    json jr = {{"cell", row.cell},       {"label", row.label},
+               {"reference", row.reference}, {"status", row.status},
+               {"loss", values(row.loss)}, {"grad_norm", values(row.grad_norm)}};
+    if (!row.reference)
+      for (const auto& [name, same] : {std::pair{"loss_identical", &row.loss_same},
+                                       std::pair{"grad_norm_identical", &row.grad_norm_same}})
+        jr[name] = {{"compared", same->compared}, {"identical", same->identical}, {"text", same->text}};
+    rows.push_back(jr);
+  }
+  json notes = json::array();
+  for (const auto& f : t.footnotes) notes.push_back({{"number", f.number}, {"text", f.text}});
+  return {{"reference", t.reference}, {"title", t.title}, {"steps", t.steps},
+          {"rows", rows}, {"footnotes", notes}};
+}
+
+std::string drift_table_csv(const DriftTable& t) {
+  auto quoted = [](const std::string& s) {
+    if (s.find_first_of(",\"\n") == std::string::npos) return s;
+    std::string q = "\"";
+    for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+    return q + "\"";
+  };
+  std::ostringstream out;
+  out << "cell,label,reference,metric,step,value,change\n";
+  for (const auto& row : t.rows)
+    for (const auto& [metric, vs] : {std::pair{"loss", &row.loss}, std::pair{"grad_norm", &row.grad_norm}})
+      for (size_t i = 0; i < vs->size(); ++i)
+        out << quoted(row.cell) << "," << quoted(row.label) << "," << (row.reference ? 1 : 0)
+            << "," << metric << "," << t.steps[i] << "," << (*vs)[i].value << ","
+            << (*vs)[i].change << "\n";
+  return out.str();
+}
+
 json render_json(const MatrixResult& r, const Trend* trend) {
   json tables = json::array();
-  for (const auto& t : drift_tables(r)) {
-    json rows = json::array();
-    for (const auto& row : t.rows) {
-      auto values = [&](const std::vector<DriftValue>& vs) {
-        json a = json::array();
-        for (size_t i = 0; i < vs.size(); ++i)
-          a.push_back({{"step", t.steps[i]}, {"value", vs[i].value}, {"change", vs[i].change}});
-        return a;
-      };
-      json jr = {{"cell", row.cell},       {"label", row.label},
-                 {"reference", row.reference}, {"status", row.status},
-                 {"loss", values(row.loss)}, {"grad_norm", values(row.grad_norm)}};
-      if (!row.reference)
-        for (const auto& [name, same] : {std::pair{"loss_identical", &row.loss_same},
-                                         std::pair{"grad_norm_identical", &row.grad_norm_same}})
-          jr[name] = {{"compared", same->compared}, {"identical", same->identical}, {"text", same->text}};
-      rows.push_back(jr);
-    }
-    json notes = json::array();
-    for (const auto& f : t.footnotes) notes.push_back({{"number", f.number}, {"text", f.text}});
-    tables.push_back({{"reference", t.reference}, {"title", t.title}, {"steps", t.steps},
-                      {"rows", rows}, {"footnotes", notes}});
-  }
+  for (const auto& t : drift_tables(r)) tables.push_back(drift_table_json(t));
   json summary = json::array();
   for (const auto& s : summary_rows(r)) {
     auto count = [](int v) { return v < 0 ? json(nullptr) : json(v); };

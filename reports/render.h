@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "reports/drift.h"
 #include "reports/history.h"
 #include "reports/results.h"
 
@@ -18,6 +19,17 @@ std::string render_markdown(const MatrixResult& r, const Trend* trend = nullptr)
 std::string render_csv(const MatrixResult& r);
 nlohmann::json render_json(const MatrixResult& r, const Trend* trend = nullptr);
 std::string render_html(const MatrixResult& r, const Trend* trend = nullptr);
+
+// One drift table on its own (`parity drift`, and each table of the reports above): the rows,
+// each cell's identical-steps line and the footnotes. The CSV has a line per row, metric and
+// report step.
+std::string drift_table_text(const DriftTable& t);
+std::string drift_table_markdown(const DriftTable& t);
+nlohmann::json drift_table_json(const DriftTable& t);
+std::string drift_table_csv(const DriftTable& t);
+// A page of one drift table and the loss and grad-norm curves of its runs (`runs` holds them as
+// cells, the reference first).
+std::string render_drift_html(const DriftTable& t, const MatrixResult& runs);
 
 // The footer line: "OK: 17 cells run, 14 gates passed" or "FAILED: ..." naming what failed.
 std::string footer(const MatrixResult& r);

@@ -56,6 +56,19 @@ def write_safetensors(path, tensors):
             f.write(c)
 
 
+def write_formats(prefix, grads, params):
+    """{"grads": ..., "params": ...} as PREFIX.pt (torch.save, nested), PREFIX.safetensors (flat,
+    "grads.<fqn>") and PREFIX.h5 (h5py, groups; bf16, which HDF5 lacks, widened to fp32)."""
+    torch.save({"grads": grads, "params": params}, prefix + ".pt")
+    flat = [("grads." + k, v) for k, v in grads.items()] + \
+           [("params." + k, v) for k, v in params.items()]
+    write_safetensors(prefix + ".safetensors", flat)
+    with h5py.File(prefix + ".h5", "w") as f:
+        for group, tensors in (("grads/", grads), ("params/", params)):
+            for k, v in tensors.items():
+                f.create_dataset(group + k, data=(v.float() if v.dtype == torch.bfloat16 else v).numpy())
+
+
 def read_group(group):
     return {name: torch.from_numpy(np.array(group[name])) for name in group}
 
@@ -64,15 +77,7 @@ def export_dump(dump, step, prefix):
     with h5py.File(dump, "r") as f:
         g = f["step_%06d" % int(step)]
         grads, params = read_group(g["grads"]), read_group(g["params"])
-    torch.save({"grads": grads, "params": params}, prefix + ".pt")
-    flat = [("grads." + k, v) for k, v in grads.items()] + \
-           [("params." + k, v) for k, v in params.items()]
-    write_safetensors(prefix + ".safetensors", flat)
-    with h5py.File(prefix + ".h5", "w") as f:
-        for k, v in grads.items():
-            f.create_dataset("grads/" + k, data=v.numpy())
-        for k, v in params.items():
-            f.create_dataset("params/" + k, data=v.numpy())
+    write_formats(prefix, grads, params)
     torch.save({"grads": {k: v.to(torch.bfloat16) for k, v in grads.items()}},
                prefix + ".bf16.pt")
     names = sorted(grads)
@@ -117,15 +122,7 @@ def export_small(prefix):
              "b.weight": torch.randn(5, generator=g).to(torch.float16),
              "c.bias": torch.randn(2, 2, generator=g)}
     params = {"a.weight": torch.randn(3, 4, generator=g, dtype=torch.float64)}
-    torch.save({"grads": grads, "params": params}, prefix + ".pt")
-    flat = [("grads." + k, v) for k, v in grads.items()] + \
-           [("params." + k, v) for k, v in params.items()]
-    write_safetensors(prefix + ".safetensors", flat)
-    with h5py.File(prefix + ".h5", "w") as f:
-        for k, v in grads.items():
-            f.create_dataset("grads/" + k, data=v.float().numpy())
-        for k, v in params.items():
-            f.create_dataset("params/" + k, data=v.numpy())
+    write_formats(prefix, grads, params)
     np.save(prefix + ".npy", np.arange(1, 200, dtype="<i4") % 97)
 
 

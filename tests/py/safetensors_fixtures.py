@@ -34,6 +34,8 @@ except ImportError as e:  # the C++ test turns this line into a GTEST_SKIP
     print(f"missing module: {e.name}", file=sys.stderr)
     sys.exit(3)
 
+from tensor_bits import from_bits, raw_bytes  # noqa: E402  (after the module check)
+
 # safetensors dtype string, and the same-size integer dtype whose view gives torch's bytes.
 DTYPES = {
     torch.bfloat16: ("BF16", torch.int16),
@@ -46,16 +48,6 @@ DTYPES = {
 }
 
 
-def from_bits(bits, np_uint, np_int, dtype):
-    """A 1-d tensor of `dtype` holding exactly the given bit patterns."""
-    a = np.array(bits, dtype=np_uint).view(np_int)
-    return torch.from_numpy(a.copy()).view(dtype)
-
-
-def raw_bytes(t):
-    """torch's own bytes of t (contiguous, little-endian on this host)."""
-    _, int_dtype = DTYPES[t.dtype]
-    return t.contiguous().view(int_dtype).numpy().tobytes()
 
 
 def special_values():

@@ -40,6 +40,8 @@ except ImportError as e:  # the C++ test turns this line into a GTEST_SKIP
     print(f"missing module: {e.name}", file=sys.stderr)
     sys.exit(3)
 
+from tensor_bits import from_bits, raw_bytes  # noqa: E402  (after the module check)
+
 # The reader's dtype name (h5::dtype_name), and the same-size integer dtype whose view gives
 # torch's bytes.
 DTYPES = {
@@ -53,15 +55,6 @@ DTYPES = {
 }
 
 
-def from_bits(bits, np_uint, np_int, dtype):
-    """A 1-d tensor of `dtype` holding exactly the given bit patterns."""
-    a = np.array(bits, dtype=np_uint).view(np_int)
-    return torch.from_numpy(a.copy()).view(dtype)
-
-
-def raw_bytes(t):
-    _, int_dtype = DTYPES[t.dtype]
-    return t.contiguous().view(int_dtype).numpy().tobytes()
 
 
 def flatten(obj, prefix, out):

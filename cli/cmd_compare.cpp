@@ -10,6 +10,7 @@
 #include "cli/validators.h"
 #include "compare/compare_report.h"
 #include "harness/limits.h"
+#include "harness/validate.h"
 
 namespace parity::cli {
 
@@ -41,7 +42,16 @@ Command add_compare_command(CLI::App& app) {
       ->check(non_empty_path());
   cmd->add_option("--threads", o->threads, "comparison threads")->capture_default_str()
       ->check(threads());
-  return {cmd, [o] { return compare::compare_command(*o); }};
+  cmd->add_option("--junit", o->junit, "write JUnit XML: one testcase per step and tensor "
+                                       "group, and one per guard")
+      ->check(non_empty_path());
+  cmd->add_option("--markdown", o->markdown, "write a Markdown summary (for a PR comment)")
+      ->check(non_empty_path());
+  return {cmd, [o] {
+            if (!o->junit.empty()) harness::check_output_file("--junit", o->junit);
+            if (!o->markdown.empty()) harness::check_output_file("--markdown", o->markdown);
+            return compare::compare_command(*o);
+          }};
 }
 
 }  // namespace parity::cli

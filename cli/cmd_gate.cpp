@@ -29,6 +29,10 @@ Command add_gate_command(CLI::App& app) {
   cmd->add_flag("--keep", o->keep, "keep the temporary directory even when the gate passes");
   cmd->add_flag("!--no-closed-forms", o->closed_forms, "skip the closed-form checks");
   cmd->add_flag("--quiet", o->run.quiet, "no progress lines");
+  cmd->add_option("--junit", o->junit, "write JUnit XML: one testcase per gate and closed form")
+      ->check(non_empty_path());
+  cmd->add_option("--markdown", o->markdown, "write a Markdown summary (for a PR comment)")
+      ->check(non_empty_path());
   return {cmd, [o] { return harness::run_gate(*o); }};
 }
 

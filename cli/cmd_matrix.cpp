@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/validators.h"
 #include "harness/limits.h"
+#include "harness/matrix_plan.h"
 #include "harness/matrix_reports.h"
 
 namespace parity::cli {
@@ -18,6 +19,13 @@ void add_run_matrix_options(CLI::App& cmd, harness::MatrixRunOptions& o) {
   cmd.add_option("--cell-timeout-s", o.cell_timeout_s, "stop a cell that runs longer (0: never)")
       ->capture_default_str()->check(real_in(0, harness::kMaxTimeoutS, /*lo_open=*/false));
   cmd.add_flag("--quiet", o.quiet, "no progress lines");
+}
+
+void add_side_report_options(CLI::App& cmd, std::string& junit, std::string& markdown) {
+  cmd.add_option("--junit", junit, "write JUnit XML: one testcase per cell")
+      ->check(non_empty_path());
+  cmd.add_option("--markdown", markdown, "write the Markdown report (for a PR comment)")
+      ->check(non_empty_path());
 }
 
 }  // namespace
@@ -47,7 +55,41 @@ Command add_matrix_command(CLI::App& app) {
       ->check(non_empty_path());
   run->add_option("--last", o->last, "runs of history to show")->capture_default_str()
       ->check(integer_in(1, 100000));
-  return {cmd, [o] { return harness::matrix_run_command(*o); }};
+  add_side_report_options(*run, o->junit, o->markdown);
+
+  auto* plan = cmd->add_subcommand(
+      "plan", "check a matrix, write its seed checkpoints and one command line per cell for any "
+              "scheduler (then: matrix judge)");
+  auto p = std::make_shared<harness::PlanJob>();
+  plan->add_option("file", p->file, "matrix file (TOML), or a shipped one: quick, seed")
+      ->required()->check(non_empty_path());
+  plan->add_option("--out", p->run.out_dir, "directory for the plan and the cells' runs")
+      ->required()->check(non_empty_path());
+  plan->add_option("--only", p->run.only, "plan only these cells (and their references)")
+      ->delimiter(',');
+  plan->add_option("--steps", p->run.steps, "override every cell's step count")
+      ->check(integer_in(1, harness::kMaxSteps));
+  plan->add_option("--device", p->run.device, "run every cell on this device (cpu, cuda)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  plan->add_option("--tokens", p->run.tokens, "every cell reads this token file (train --tokens)")
+      ->check(non_empty_path());
+  plan->add_option("--inject", p->inject, "CELL=KIND:block=B,stage=S: a routing fault in a cell");
+
+  auto* judge = cmd->add_subcommand(
+      "judge", "judge and report the cells of a plan that finished, as matrix run does");
+  auto j = std::make_shared<harness::JudgeJob>();
+  judge->add_option("dir", j->dir, "the --out directory of `parity matrix plan`")->required()
+      ->check(non_empty_path());
+  judge->add_option("--matrix", j->matrix, "refuse a plan of any other matrix than this one")
+      ->check(non_empty_path());
+  add_side_report_options(*judge, j->junit, j->markdown);
+  judge->add_flag("--quiet", j->quiet, "no note on cells that have not run");
+
+  return {cmd, [o, run, plan, p, j] {
+            if (plan->parsed()) return harness::matrix_plan_command(*p);
+            if (run->parsed()) return harness::matrix_run_command(*o);
+            return harness::matrix_judge_command(*j);
+          }};
 }
 
 Command add_report_command(CLI::App& app) {

@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
                    cli::add_bench_command, cli::add_layout_command, cli::add_schedule_command,
                    cli::add_compare_command, cli::add_closed_form_command,
                    cli::add_localise_command, cli::add_matrix_command, cli::add_report_command,
-                   cli::add_gate_command}) {
+                   cli::add_gate_command, cli::add_drift_command}) {
     auto cmd = add(app);
     actions[cmd.app] = cmd.run;
     names += (names.empty() ? "" : ", ") + cmd.app->get_name();

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <map>
 #include <memory>
 
 #include "compare/dump_compare.h"
@@ -16,6 +17,8 @@
 #include "compare/truth.h"
 #include "dumps/dump.h"
 #include "dumps/external.h"
+#include "dumps/junit.h"
+#include "dumps/temp_files.h"
 
 namespace parity::compare {
 
@@ -164,6 +167,116 @@ Tolerance tolerance_of(const CompareOptions& o) {
   return *t;
 }
 
+// The group of a tensor: the first component of its name ("grads", "params"), "" for none.
+std::string group_of(const std::string& name) {
+  const auto slash = name.find('/');
+  return slash == std::string::npos ? "" : name.substr(0, slash);
+}
+
+// What the --junit and --markdown files say, from what the text and JSON say.
+struct Findings {
+  const std::vector<std::pair<int64_t, TensorDiff>>& rows;
+  const Tolerance& tol;
+  const std::vector<std::string>& outside;
+  const std::vector<std::string>& vacuous;
+  int64_t first_loss_diff;
+  bool prediction;
+  bool failed;
+};
+
+std::string row_note(const TensorDiff& d) {
+  if (!d.problem.empty()) return d.problem;
+  return std::to_string(d.wrong) + " of " + std::to_string(d.numel) + " elements differ, max " +
+         ulp_text(d.max_ulp) + " ulp" + (d.ulp_dtype.empty() ? "" : " " + d.ulp_dtype);
+}
+
+std::vector<dumps::JunitCase> junit_cases(const Findings& f) {
+  std::vector<dumps::JunitCase> cases;
+  std::map<std::pair<int64_t, std::string>, std::vector<const TensorDiff*>> groups;
+  for (const auto& [step, d] : f.rows) groups[{step, group_of(d.name)}].push_back(&d);
+  for (const auto& [key, diffs] : groups) {
+    dumps::JunitCase jc;
+    jc.classname = "parity.compare";
+    jc.name = "step " + std::to_string(key.first) + " " + (key.second.empty() ? "(top)" : key.second);
+    int bad = 0;
+    std::string first;
+    for (const TensorDiff* d : diffs) {
+      const bool out = std::find(f.outside.begin(), f.outside.end(), d->name) != f.outside.end();
+      if (within(*d, f.tol) && !out) continue;
+      if (bad++ == 0) first = d->name + ": " + row_note(*d) + (out ? ", outside the prediction" : "");
+      jc.detail += d->name + ": " + row_note(*d) + (out ? " (OUTSIDE THE PREDICTION)" : "") + "\n";
+    }
+    if (bad > 0) {
+      jc.outcome = dumps::JunitCase::Failed;
+      jc.message = std::to_string(bad) + " of " + std::to_string(diffs.size()) +
+                   " tensors disagree under --tol " + to_string(f.tol) + "; first " + first;
+    }
+    cases.push_back(jc);
+  }
+  dumps::JunitCase metrics{"parity.compare", "every-step loss and grad norm", 0,
+                           dumps::JunitCase::Passed, "", ""};
+  if (f.first_loss_diff > 0 && f.tol.kind == Tolerance::Bitwise) {
+    metrics.outcome = dumps::JunitCase::Failed;
+    metrics.message = "loss or grad norm first differs at step " + std::to_string(f.first_loss_diff);
+  }
+  cases.push_back(metrics);
+  dumps::JunitCase vac{"parity.compare", "agreement is not vacuous", 0, dumps::JunitCase::Passed,
+                       "", ""};
+  if (!f.vacuous.empty()) {
+    vac.outcome = dumps::JunitCase::Failed;
+    vac.message = "vacuous agreement: " + f.vacuous[0];
+    for (const auto& v : f.vacuous) vac.detail += v + "\n";
+  }
+  cases.push_back(vac);
+  if (f.prediction) {
+    dumps::JunitCase pred{"parity.compare", "differences within the predicted set", 0,
+                          dumps::JunitCase::Passed, "", ""};
+    if (!f.outside.empty()) {
+      pred.outcome = dumps::JunitCase::Failed;
+      pred.message = std::to_string(f.outside.size()) +
+                     " differing gradient(s) outside the predicted set; first " + f.outside[0];
+      for (const auto& n : f.outside) pred.detail += n + "\n";
+    }
+    cases.push_back(pred);
+  }
+  return cases;
+}
+
+std::string markdown_summary(const CompareOptions& o, const Findings& f) {
+  int differing = 0;
+  for (const auto& [step, d] : f.rows) differing += !d.bitwise;
+  std::string md = "**parity compare** `" + o.a + "` vs `" + o.b + "` (tolerance " +
+                   to_string(f.tol) + "): " + std::to_string(f.rows.size()) + " tensors, " +
+                   std::to_string(differing) + " differ: **" + (f.failed ? "FAILED" : "OK") + "**\n\n";
+  for (const auto& v : f.vacuous) md += "- vacuous agreement: " + v + "\n";
+  if (f.first_loss_diff > 0)
+    md += "- loss or grad norm first differs at step " + std::to_string(f.first_loss_diff) + "\n";
+  if (f.prediction)
+    md += "- " + std::to_string(f.outside.size()) + " differing gradient(s) outside the predicted set\n";
+  if (differing == 0) return md;
+  md += "\n| step | tensor | dtype | #wrong | max ulp | ulps of scale | cosine | note |\n"
+        "|---|---|---|---|---|---|---|---|\n";
+  int shown = 0;
+  for (const auto& [step, d] : f.rows) {
+    if (d.bitwise) continue;
+    if (++shown > 50) {
+      md += "| | ... " + std::to_string(differing - 50) + " more | | | | | | |\n";
+      break;
+    }
+    const bool out = std::find(f.outside.begin(), f.outside.end(), d.name) != f.outside.end();
+    char nums[96];
+    std::snprintf(nums, sizeof nums, "%.3g | %.6f", d.scale_ulps, d.cosine);
+    md += "| " + std::to_string(step) + " | `" + d.name + "` | " + d.dtype + " | " +
+          std::to_string(d.wrong) + " | " + ulp_text(d.max_ulp) +
+          (d.ulp_dtype.empty() ? "" : " " + d.ulp_dtype) + " | " + nums + " | " +
+          (!d.problem.empty() ? d.problem
+                              : std::string(within(d, f.tol) ? "" : "outside the tolerance") +
+                                    (out ? " **outside the prediction**" : "")) +
+          " |\n";
+  }
+  return md;
+}
+
 }  // namespace
 
 int compare_command(const CompareOptions& o) {
@@ -247,6 +360,12 @@ int compare_command(const CompareOptions& o) {
       truth->steps[lead.steps.begin()->first] = std::move(st);
     }
   }
+
+  const Findings findings{rows, tol, outside, vacuous, first_loss_diff, prediction.has_value(),
+                          failed};
+  if (!o.junit.empty()) dumps::write_junit(o.junit, {{"parity.compare", junit_cases(findings)}});
+  if (!o.markdown.empty())
+    dumps::write_file_atomically(o.markdown, markdown_summary(o, findings));
 
   if (o.json) {
     nlohmann::json j;

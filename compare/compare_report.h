@@ -30,6 +30,8 @@ struct CompareOptions {
   bool all_rows = false;  // list the bitwise-equal tensors too
   int threads = 2;
   std::string truth;  // an fp64 dump of the same cell, or ""
+  std::string junit;     // JUnit XML: one testcase per step and tensor group, or ""
+  std::string markdown;  // a Markdown summary (for a PR comment), or ""
 };
 
 // Prints the table (or JSON) on stdout. Returns 0 when every tensor agrees under the

@@ -27,6 +27,8 @@ struct GateOptions {
   MatrixRunOptions run;          // jobs, device, tokens, quiet (the cells and steps are the gate's)
   bool keep = false;             // keep the temporary directory even when the gate passes
   bool closed_forms = true;
+  std::string junit;     // JUnit XML: one testcase per gated cell and per closed form
+  std::string markdown;  // the Markdown summary, for a PR comment
 };
 
 // Runs the gate and returns its exit code (0, 1, kGateCannotRun or 128 + a signal); prints

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "dumps/junit.h"
 #include "harness/matrix_runner.h"
 #include "reports/history.h"
 #include "reports/results.h"
@@ -19,6 +20,8 @@ struct MatrixJob {
   std::vector<std::string> inject;  // CELL=KIND:block=B,stage=S
   std::string history;              // a JSONL history to append to and show the trend of
   int last = 10;                    // runs of history to show
+  std::string junit;                // JUnit XML: one testcase per cell
+  std::string markdown;             // the Markdown report, for a PR comment
 };
 
 struct ReportJob {
@@ -33,6 +36,18 @@ struct ReportJob {
 // directory is a report on its own. Throws UsageError when a file cannot be written.
 void write_reports(const std::string& dir, const reports::MatrixResult& r,
                    const reports::Trend* trend);
+
+// --inject CELL=KIND:block=B,stage=S specs into the run's (cell, fault) pairs; UsageError on
+// a spec without a cell.
+void add_injections(const std::vector<std::string>& specs, MatrixRunOptions& run);
+
+// One JUnit testcase per cell (a failure when the cell did not run cleanly or its gate failed,
+// with the reason; skipped when it did not run).
+std::vector<dumps::JunitCase> junit_cases(const reports::MatrixResult& r);
+
+// The --junit and --markdown files of a matrix result, when asked for ("" = not).
+void write_side_reports(const reports::MatrixResult& r, const std::string& junit,
+                        const std::string& markdown);
 
 // Runs the matrix (harness/matrix_runner.h), appends to the history, writes the reports and
 // prints the text report. Throws UsageError for bad input, Interrupted when stopped.

@@ -26,6 +26,7 @@
 #include "dumps/temp_files.h"
 #include "harness/errors.h"
 #include "harness/layout_json.h"
+#include "harness/matrix_cells.h"
 #include "harness/matrix_judge.h"
 #include "harness/run_options.h"
 #include "harness/signals.h"
@@ -57,6 +58,10 @@ void remove_leftover_temps(const fs::path& dir) {
   for (const auto& t : temps) fs::remove(t, ec);
 }
 
+}  // namespace
+
+namespace matrix_detail {
+
 std::string self_binary() {
   std::error_code ec;
   auto p = fs::read_symlink("/proc/self/exe", ec);
@@ -77,6 +82,12 @@ std::string slurp(const fs::path& p) {
   ss << in.rdbuf();
   return ss.str();
 }
+
+}  // namespace matrix_detail
+
+namespace {
+
+using namespace matrix_detail;
 
 // Starts `args` with stdout and stderr into `log`, in its own process group (so that the
 // cell and any workers it forks can be stopped together).
@@ -121,6 +132,14 @@ int run_to_end(const std::vector<std::string>& args, const fs::path& log) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+}  // namespace
+
+namespace matrix_detail {
+
+int run_seed_init(const std::vector<std::string>& args, const fs::path& log) {
+  return run_to_end(args, log);
+}
+
 // The line that says why a cell failed: its last "parity:" line, else its last line.
 std::string last_error(const fs::path& log) {
   std::istringstream in(slurp(log));
@@ -145,10 +164,18 @@ std::vector<std::string> warnings(const fs::path& log) {
   return out;
 }
 
+}  // namespace matrix_detail
+
+namespace {
+
 int64_t count_lines(const fs::path& p) {
   std::ifstream in(p);
   return std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n');
 }
+
+}  // namespace
+
+namespace matrix_detail {
 
 // The cell's logged steps and run figures, whatever state it ended in.
 void collect(CellResult& c, const fs::path& dir) {
@@ -205,6 +232,80 @@ void check_cell(const Cell& c, nlohmann::json& layout) {
   check_faults(mc, pipeline_config(ro), c.microbatches);
 }
 
+MatrixResult prepare_cells(const reports::Matrix& m, const MatrixRunOptions& o) {
+  // The cells to run: all, or --only and their references.
+  std::set<std::string> wanted(o.only.begin(), o.only.end());
+  for (const auto& n : o.only) {
+    const Cell* c = m.find(n);
+    if (!c) throw UsageError("--only: no cell named '" + n + "' in " + m.source);
+    if (!c->reference.empty()) wanted.insert(c->reference);
+  }
+  for (const auto& [name, spec] : o.inject) {
+    const Cell* c = m.find(name);
+    if (!c) throw UsageError("--inject: no cell named '" + name + "' in " + m.source);
+    if (!c->pipelined()) throw UsageError("--inject: cell '" + name + "' is not pipelined");
+    if (!wanted.empty() && !wanted.count(name))
+      throw UsageError("--inject: cell '" + name + "' is not among the --only cells; add it there");
+  }
+
+  MatrixResult r;
+  r.matrix = m.name;
+  r.source = m.source;
+  r.git_sha = git_sha();
+  r.started = now_iso();
+  r.report_steps = m.report_steps;
+  for (const auto& c : m.cells) {
+    if (!wanted.empty() && !wanted.count(c.name)) continue;
+    CellResult cr;
+    cr.cell = c;
+    if (o.steps > 0) cr.cell.steps = o.steps;
+    if (!o.device.empty()) cr.cell.device = o.device;
+    for (const auto& [name, spec] : o.inject)
+      if (name == c.name) cr.cell.inject.push_back(spec);
+    try {
+      check_cell(cr.cell, cr.layout);
+    } catch (const std::exception& e) {
+      throw UsageError(m.source + " (cell '" + c.name + "'): " + e.what());
+    }
+    cr.log = "cells/" + c.name + "/log.txt";
+    r.cells.push_back(std::move(cr));
+  }
+  // Report steps past every cell's last step would be columns of n/a: they go, and the last
+  // step takes their place.
+  int64_t last = 0;
+  for (const auto& c : r.cells) last = std::max(last, c.cell.steps);
+  const size_t before = r.report_steps.size();
+  r.report_steps.erase(std::remove_if(r.report_steps.begin(), r.report_steps.end(),
+                                      [&](int64_t s) { return s > last; }),
+                       r.report_steps.end());
+  if (r.report_steps.size() < before &&
+      (r.report_steps.empty() || r.report_steps.back() != last))
+    r.report_steps.push_back(last);
+  return r;
+}
+
+std::vector<std::string> cell_command(const Cell& cell, const std::string& self,
+                                      const std::string& seed, const fs::path& dir,
+                                      const std::string& tokens) {
+  std::vector<std::string> args = {self, "train"};
+  for (auto& a : cell.train_args()) args.push_back(a);
+  for (const std::string& a :
+       {std::string("--init"), seed, std::string("--metrics"), (dir / "metrics.jsonl").string(),
+        std::string("--summary"), (dir / "summary.json").string(), std::string("--dump"),
+        (dir / "dump").string(), std::string("--dump-steps"), std::string("1")})
+    args.push_back(a);
+  if (!tokens.empty()) args.insert(args.end(), {"--tokens", tokens});
+  // The ledger costs only the dumped step; it is read for pipelined cells and their
+  // references, and multi-process runs cannot record one yet.
+  if (!cell.multi_process() && (cell.pipelined() || cell.reference.empty()))
+    args.push_back("--ledger");
+  return args;
+}
+
+}  // namespace matrix_detail
+
+namespace {
+
 // A running cell's metrics file, written under a temporary name until its run ends
 // (dumps/temp_files.h).
 fs::path metrics_in_progress(const fs::path& dir, pid_t pid) {
@@ -259,54 +360,7 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
   if (fs::exists(out) && !fs::is_empty(out) && !fs::exists(out / "results.json"))
     throw UsageError("--out '" + o.out_dir + "' is not empty and holds no earlier matrix run; "
                      "give a new or empty directory");
-  // The cells to run: all, or --only and their references.
-  std::set<std::string> wanted(o.only.begin(), o.only.end());
-  for (const auto& n : o.only) {
-    const Cell* c = m.find(n);
-    if (!c) throw UsageError("--only: no cell named '" + n + "' in " + m.source);
-    if (!c->reference.empty()) wanted.insert(c->reference);
-  }
-  for (const auto& [name, spec] : o.inject) {
-    const Cell* c = m.find(name);
-    if (!c) throw UsageError("--inject: no cell named '" + name + "' in " + m.source);
-    if (!c->pipelined()) throw UsageError("--inject: cell '" + name + "' is not pipelined");
-    if (!wanted.empty() && !wanted.count(name))
-      throw UsageError("--inject: cell '" + name + "' is not among the --only cells; add it there");
-  }
-
-  MatrixResult r;
-  r.matrix = m.name;
-  r.source = m.source;
-  r.git_sha = git_sha();
-  r.started = now_iso();
-  r.report_steps = m.report_steps;
-  for (const auto& c : m.cells) {
-    if (!wanted.empty() && !wanted.count(c.name)) continue;
-    CellResult cr;
-    cr.cell = c;
-    if (o.steps > 0) cr.cell.steps = o.steps;
-    if (!o.device.empty()) cr.cell.device = o.device;
-    for (const auto& [name, spec] : o.inject)
-      if (name == c.name) cr.cell.inject.push_back(spec);
-    try {
-      check_cell(cr.cell, cr.layout);
-    } catch (const std::exception& e) {
-      throw UsageError(m.source + " (cell '" + c.name + "'): " + e.what());
-    }
-    cr.log = "cells/" + c.name + "/log.txt";
-    r.cells.push_back(std::move(cr));
-  }
-  // Report steps past every cell's last step would be columns of n/a: they go, and the last
-  // step takes their place.
-  int64_t last = 0;
-  for (const auto& c : r.cells) last = std::max(last, c.cell.steps);
-  const size_t before = r.report_steps.size();
-  r.report_steps.erase(std::remove_if(r.report_steps.begin(), r.report_steps.end(),
-                                      [&](int64_t s) { return s > last; }),
-                       r.report_steps.end());
-  if (r.report_steps.size() < before &&
-      (r.report_steps.empty() || r.report_steps.back() != last))
-    r.report_steps.push_back(last);
+  MatrixResult r = matrix_detail::prepare_cells(m, o);
   if (o.on_start) o.on_start(r);
   // Everything checked: only now is anything written.
   std::error_code ec;
@@ -380,18 +434,7 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
         ++done;
         continue;
       }
-      std::vector<std::string> args = {self, "train"};
-      for (auto& a : cr.cell.train_args()) args.push_back(a);
-      for (const std::string& a :
-           {std::string("--init"), seed, std::string("--metrics"), (dir / "metrics.jsonl").string(),
-            std::string("--summary"), (dir / "summary.json").string(), std::string("--dump"),
-            (dir / "dump").string(), std::string("--dump-steps"), std::string("1")})
-        args.push_back(a);
-      if (!o.tokens.empty()) args.insert(args.end(), {"--tokens", o.tokens});
-      // The ledger costs only the dumped step; it is read for pipelined cells and their
-      // references, and multi-process runs cannot record one yet.
-      if (!cr.cell.multi_process() && (cr.cell.pipelined() || cr.cell.reference.empty()))
-        args.push_back("--ledger");
+      const auto args = matrix_detail::cell_command(cr.cell, self, seed, dir, o.tokens);
       running.push_back({next, spawn(args, dir / "log.txt"), Clock::now(), need});
       busy += need;
       if (!tty) say("[start " + std::to_string(next + 1) + "/" + std::to_string(r.cells.size()) +

@@ -1,0 +1,39 @@
+// What running a matrix cell by cell (matrix_runner.cpp) and planning one for another scheduler
+// (matrix_plan.cpp) share: the cells chosen and checked, each cell's `parity train` command,
+// and what a finished cell left behind.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "harness/matrix_runner.h"
+#include "reports/matrix.h"
+#include "reports/results.h"
+
+namespace parity::harness::matrix_detail {
+
+std::string self_binary();  // this parity binary's path
+std::string now_iso();      // the time, ISO 8601 UTC
+
+// The cells to run (all, or --only and their references, with --steps, --device and --inject
+// applied), each checked as `parity train` would check it, and the report steps cut to the
+// cells' last step. Throws UsageError naming the cell.
+reports::MatrixResult prepare_cells(const reports::Matrix& m, const MatrixRunOptions& o);
+
+// The cell's `parity train` command: its arguments, the seed checkpoint, and its metrics,
+// summary and step-1 dump (with the ledger where it is read) under `dir`.
+std::vector<std::string> cell_command(const reports::Cell& cell, const std::string& self,
+                                      const std::string& seed, const std::filesystem::path& dir,
+                                      const std::string& tokens);
+
+// Runs `parity init` (or any short command) to its end, output into `log`; its exit code.
+int run_seed_init(const std::vector<std::string>& args, const std::filesystem::path& log);
+
+// A finished cell's logged steps and run figures (metrics.jsonl, summary.json under `dir`).
+void collect(reports::CellResult& c, const std::filesystem::path& dir);
+// The line of a cell's log that says why it failed, and its "parity: warning:" lines.
+std::string last_error(const std::filesystem::path& log);
+std::vector<std::string> warnings(const std::filesystem::path& log);
+
+}  // namespace parity::harness::matrix_detail

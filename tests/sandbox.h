@@ -325,6 +325,11 @@ class Fixtures {
     std::ofstream(d / "ids_f32.npy", std::ios::binary) << npy("<f4", {1, 2});
     std::ofstream(d / "odd.bin", std::ios::binary) << std::string("\x01\x00\x02", 3);
     std::ofstream(d / "map_bad.txt") << "a b c\n";
+    // Training logs (`parity drift`), good and bad, and a plan of the quick matrix.
+    std::ofstream(d / "ref.log") << "1 8.0 1.5\n2 7.0 1.2\n";
+    std::ofstream(d / "mixed.log") << "1 8.0\n{\"step\": 2, \"loss\": 7.0}\n";
+    std::ofstream(d / "twice.log") << "1 8.0\n1 8.5\n";
+    parity("matrix plan quick --only pp2 --steps 1 --out plan_quick", "plan_quick");
     std::ofstream(d / "afile") << "hello\n";
     std::ofstream(d / "old.jsonl") << "old\n";
     std::ofstream(d / "old.json") << "old\n";

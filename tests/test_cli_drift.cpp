@@ -279,6 +279,34 @@ TEST_F(Drift, GateJunitParsesAndNamesTheFailingCell) {
   EXPECT_NE(got.find("pp2vp2_cached: gate bitwise failed: "), std::string::npos) << got;
 }
 
+// compare's JUnit: one testcase per step and tensor group (the scalars at the top, buffers,
+// grads, params) and one per guard; a cached run against a naive one fails the scalars, grads
+// and params and the every-step metrics, and with --layout passes the prediction; the
+// Markdown lists the differing tensors.
+TEST_F(Drift, CompareJunitHasAGroupPerStepAndTheGuards) {
+  const std::string cell = "train --flavor tiny --steps 1 --seq-len 16 --microbatches 2 --quiet "
+                           "--dtype bf16 --trainer pipelined --pp 2 --vp 2 --dump-steps 1 --dump ";
+  ASSERT_EQ(run(cell + p("on") + " --cache on").code, 0);
+  ASSERT_EQ(run(cell + p("off") + " --cache off").code, 0);
+  auto same = run("compare " + p("off") + " " + p("off") + " --junit " + p("same.xml"));
+  ASSERT_EQ(same.code, 0) << same.err;
+  // step 1's four groups, the every-step metrics, the vacuity guard
+  EXPECT_EQ(read_junit(dir_, p("same.xml")), "6 0\n");
+  auto diff = run("compare " + p("on") + " " + p("off") + " --layout layers=17,block=4,pp=2,vp=2"
+                  " --junit " + p("diff.xml") + " --markdown " + p("diff.md"));
+  ASSERT_EQ(diff.code, 1) << diff.err;
+  const std::string got = read_junit(dir_, p("diff.xml"));
+  EXPECT_EQ(got.substr(0, 4), "7 4\n") << got;  // the expert-bias buffer agrees
+  EXPECT_NE(got.find("step 1 grads: "), std::string::npos) << got;
+  EXPECT_NE(got.find("every-step loss and grad norm: loss or grad norm first differs at step 1"),
+            std::string::npos) << got;
+  EXPECT_EQ(got.find("differences within the predicted set:"), std::string::npos) << got;
+  const std::string md = slurp(p("diff.md"));
+  EXPECT_NE(md.find("**FAILED**"), std::string::npos) << md;
+  EXPECT_NE(md.find("- 0 differing gradient(s) outside the predicted set"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 1 | `grads/tok_embeddings.weight` |"), std::string::npos) << md;
+}
+
 // A matrix planned, its lines run by xargs -P 2 but one, judged (that cell "not run", exit
 // 1), the last line run, judged again: the same verdicts, gates and drift strings as
 // `matrix run` of the same matrix. The quick matrix's first table, cut to a cell of each kind
@@ -286,8 +314,11 @@ TEST_F(Drift, GateJunitParsesAndNamesTheFailingCell) {
 // of the change gives the whole matrix's figures.
 TEST_F(Drift, PlanXargsJudgeEqualsMatrixRun) {
   const std::string m = "quick --steps 2 --only pp2,pp2vp2_cached,stock,reversed";
-  auto ran = run("matrix run " + m + " --out " + p("run") + " --jobs 2 --quiet");
-  ASSERT_TRUE(ran.code == 0 || ran.code == 1) << ran.err;
+  auto ran = run("matrix run " + m + " --out " + p("run") + " --jobs 2 --quiet --junit " +
+                 p("run.xml") + " --markdown " + p("run.md"));
+  ASSERT_EQ(ran.code, 0) << ran.err;
+  EXPECT_EQ(read_junit(dir_, p("run.xml")), "5 0\n");  // a testcase per cell, the reference too
+  EXPECT_NE(slurp(p("run.md")).find("**OK: 5 cells run, 2 gates passed**"), std::string::npos);
   auto plan = run("matrix plan " + m + " --out " + p("plan"));
   ASSERT_EQ(plan.code, 0) << plan.err;
   const auto lines = split(slurp(p("plan/commands.txt")), '\n');

@@ -1,4 +1,4 @@
-// parity bench --what reference|pipelined|kda|compare: throughput figures (harness/bench.h).
+// parity bench --what reference|pipelined|kda|compare|gemm: throughput figures (harness/bench.h).
 #include <memory>
 
 #include "cli/commands.h"
@@ -9,9 +9,10 @@
 namespace parity::cli {
 
 Command add_bench_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("bench", "measure throughput (reference steps, KDA forms)");
+  auto* cmd = app.add_subcommand("bench", "measure throughput (reference steps, KDA forms, GEMM peak)");
   auto o = std::make_shared<harness::BenchOptions>();
-  cmd->add_option("--what", o->what, "reference, pipelined or kda")->capture_default_str();
+  cmd->add_option("--what", o->what, "reference, pipelined, kda, compare or gemm")
+      ->capture_default_str();
   add_run_options(*cmd, o->run);
   cmd->add_option("--warmup-steps", o->warmup_steps, "unmeasured steps first")
       ->capture_default_str()->check(integer_in(0, harness::kMaxBenchSteps));
@@ -23,7 +24,9 @@ Command add_bench_command(CLI::App& app) {
             if (o->what == "reference" || o->what == "pipelined") return harness::bench_trainer(*o);
             if (o->what == "kda") return harness::bench_kda(*o);
             if (o->what == "compare") return harness::bench_compare(*o);
-            throw UsageError("unknown --what '" + o->what + "'; use reference, pipelined, kda or compare");
+            if (o->what == "gemm") return harness::bench_gemm(*o);
+            throw UsageError("unknown --what '" + o->what +
+                             "'; use reference, pipelined, kda, compare or gemm");
           }};
 }
 

@@ -151,4 +151,28 @@ int bench_kda(const BenchOptions& o) {
   return 0;
 }
 
+// The GEMM rate the kernels can reach on this machine, thread count and dtype: at::mm of two
+// normal n x n matrices, the median of the measured products after the warm-up ones.
+int bench_gemm(const BenchOptions& o) {
+  const auto dt = kernels::compute_dtype(kernels::parse_precision(o.run.dtype));
+  kernels::pin_threads(o.run.threads);
+  auto gen = at::detail::createCPUGenerator(o.run.seed);
+  std::printf("%-6s %8s %6s %12s %10s\n", "dtype", "threads", "n", "ms/product", "GFLOP/s");
+  for (int64_t n : {256, 512, 1024, 2048}) {
+    auto a = at::empty({n, n}).normal_(0, 1, gen).to(dt);
+    auto b = at::empty({n, n}).normal_(0, 1, gen).to(dt);
+    std::vector<double> t;
+    for (int i = 0; i < o.warmup_steps + o.measured_steps; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      auto c = at::mm(a, b);
+      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    const double s = median(std::vector<double>(t.begin() + o.warmup_steps, t.end()));
+    std::printf("%-6s %8d %6lld %12.3f %10.2f\n", o.run.dtype.c_str(), o.run.threads,
+                static_cast<long long>(n), s * 1e3, 2.0 * double(n) * n * n / s / 1e9);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace parity::harness

@@ -5,6 +5,8 @@
 //                           micro-batch
 //   kda                     one KDA mixer layer, forward + backward, chunked vs recurrent
 //   compare                 two dumps compared tensor by tensor: GB/s of tensor data per side
+//   gemm                    square matrix products (n = 256, 512, 1024, 2048) in the compute
+//                           dtype: GFLOP/s (2 n^3 per product), the machine's practical peak
 #pragma once
 
 #include <string>
@@ -25,5 +27,6 @@ struct BenchOptions {
 int bench_trainer(BenchOptions o);  // what = reference or pipelined
 int bench_kda(const BenchOptions& o);
 int bench_compare(const BenchOptions& o);
+int bench_gemm(const BenchOptions& o);
 
 }  // namespace parity::harness

@@ -483,6 +483,32 @@ TEST_F(Cli, BytesSentBetweenProcessesAreTheInProcessFigures) {
   }
 }
 
+// bench --what gemm: one row per size, n and the rate consistent with 2 n^3 flops per product
+// (the rate's value is the machine's, never asserted).
+TEST_F(Cli, BenchGemmPrintsARowPerSizeWithItsRate) {
+  auto r = run("bench --what gemm --dtype fp32 --warmup-steps 0 --measured-steps 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::stringstream ss(r.out);
+  std::string line;
+  std::getline(ss, line);
+  EXPECT_EQ(line.rfind("dtype", 0), 0u) << line;
+  for (int64_t n : {256, 512, 1024, 2048}) {
+    ASSERT_TRUE(std::getline(ss, line)) << r.out;
+    std::stringstream row(line);
+    std::string dtype;
+    int threads = 0;
+    int64_t size = 0;
+    double ms = 0, gflops = 0;
+    row >> dtype >> threads >> size >> ms >> gflops;
+    EXPECT_EQ(dtype, "fp32");
+    EXPECT_EQ(threads, 1);
+    EXPECT_EQ(size, n);
+    ASSERT_GT(ms, 0) << line;
+    // Both columns are printed rounded (3 and 2 decimals): agree to 1% when ms is not tiny.
+    if (ms > 1) EXPECT_NEAR(gflops, 2.0 * n * n * n / (ms * 1e-3) / 1e9, 0.01 * gflops) << line;
+  }
+}
+
 TEST_F(Cli, AKilledWorkerStopsEveryRankWithinTheTimeout) {
   if (!have_gloo()) GTEST_SKIP() << "built without Gloo";
   const auto err = dir_ / "kill.err";

@@ -161,6 +161,7 @@ TrainingLog read_golden(const std::string& path, const nlohmann::json& j) {
     fail(path, "a JSON document without \"lm loss\": not Megatron-Core golden values; give "
                "golden_values*.json, a console log or a loss file");
   const auto loss = golden_series(path, j["lm loss"], "lm loss");
+  if (loss.empty()) fail(path, "\"lm loss\" holds no values: no training steps");
   std::map<int64_t, double> norm;
   for (const char* k : {"grad-norm", "grad norm"})
     if (j.contains(k)) norm = golden_series(path, j[k], k);

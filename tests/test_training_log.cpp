@@ -177,6 +177,7 @@ TEST_F(TrainingLogs, RefusalsNameTheFileTheLineAndTheRemedy) {
   expect_refused(std::string("1 8.0\n\0\n", 8), "binary data");
   expect_refused(R"({"num-zeros": {}})", "without \"lm loss\"");
   expect_refused(R"({"lm loss": {"values": 3}})", "neither an object nor a list");
+  expect_refused(R"({"lm loss": {"values": {}}})", "holds no values: no training steps");
   expect_refused(R"({"lm loss": {"values": {"x": 1.0}}})", "step 'x' is not a number");
   try {
     read_training_log((dir_ / "nosuch.log").string());

@@ -10,6 +10,7 @@
 #include "dumps/temp_files.h"
 #include "dumps/training_log.h"
 #include "harness/errors.h"
+#include "harness/observers.h"
 #include "harness/validate.h"
 #include "reports/drift.h"
 #include "reports/render.h"
@@ -19,13 +20,6 @@ namespace parity::harness {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string hex(double v) {
-  if (std::isnan(v)) return "nan";
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%a", v);
-  return buf;
-}
 
 reports::CellResult as_cell(const dumps::TrainingLog& log, const std::string& name,
                             const std::string& label, const std::string& reference) {
@@ -40,8 +34,8 @@ reports::CellResult as_cell(const dumps::TrainingLog& log, const std::string& na
     p.step = s.step;
     p.loss = s.loss;
     p.grad_norm = s.grad_norm;
-    p.loss_hex = hex(s.loss);
-    p.grad_norm_hex = hex(s.grad_norm);
+    p.loss_hex = hex_float(s.loss);
+    p.grad_norm_hex = hex_float(s.grad_norm);
     c.steps.push_back(p);
   }
   return c;

@@ -13,6 +13,7 @@
 #include "harness/matrix_cells.h"
 #include "harness/matrix_judge.h"
 #include "harness/matrix_reports.h"
+#include "harness/run_options.h"
 #include "harness/validate.h"
 #include "reports/matrix.h"
 #include "reports/render.h"
@@ -26,16 +27,9 @@ namespace {
 
 constexpr int kPlanVersion = 1;
 
-// A word for sh: single-quoted, a quote inside closed, escaped and reopened.
-std::string sh_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
 std::string sh_line(const std::vector<std::string>& args) {
   std::string s;
-  for (const auto& a : args) s += (s.empty() ? "" : " ") + sh_quote(a);
+  for (const auto& a : args) s += (s.empty() ? "" : " ") + shell_quote(a);
   return s;
 }
 
@@ -113,7 +107,7 @@ int matrix_plan_command(PlanJob& o) {
     fs::create_directories(dir, ec);
     const auto args = matrix_detail::cell_command(c.cell, self, seeds[c.cell.batch_shape()], dir,
                                                   o.run.tokens);
-    const std::string q = sh_quote(dir.string());
+    const std::string q = shell_quote(dir.string());
     std::string script =
         "#!/bin/sh\n"
         "# parity matrix plan: cell " + c.cell.name + " of matrix " + m.name + ". Any scheduler "
@@ -126,7 +120,7 @@ int matrix_plan_command(PlanJob& o) {
         "/exit_status\n"
         "exit $status\n";
     dumps::write_file_atomically((dir / "run.sh").string(), script);
-    const std::string line = "sh " + sh_quote((dir / "run.sh").string());
+    const std::string line = "sh " + shell_quote((dir / "run.sh").string());
     commands += line + "\n";
     lines.push_back(line);
   }

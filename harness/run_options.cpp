@@ -39,13 +39,13 @@ kernels::ModelOptions model_options(const RunOptions& o) {
   return m;
 }
 
-namespace {
-
 std::string shell_quote(const std::string& s) {
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return out + "'";
 }
+
+namespace {
 
 // parity-tokenize lives beside this program (build/bin); PARITY_TOKENIZE overrides.
 std::string tokenize_tool() {

@@ -87,4 +87,7 @@ kernels::NamedTensors initial_params(const RunOptions& o, const kernels::ModelCo
 kernels::TrainConfig train_config(const RunOptions& o);
 pipelined::PipelineConfig pipeline_config(const RunOptions& o);
 
+// A word for sh: single-quoted, a quote inside closed, escaped and reopened.
+std::string shell_quote(const std::string& s);
+
 }  // namespace parity::harness

@@ -58,7 +58,7 @@ void add_run_options(CLI::App& cmd, harness::RunOptions& o) {
       ->capture_default_str();
   cmd.add_option("--attn-res", o.attn_res, "AttnRes read: recompute or plain")
       ->capture_default_str();
-  cmd.add_option("--kda", o.kda, "KDA form: chunked or recurrent")->capture_default_str();
+  cmd.add_option("--kda", o.kda, "KDA form: fused, chunked or recurrent")->capture_default_str();
   cmd.add_option("--lr", o.lr, "peak learning rate")->capture_default_str()
       ->check(real_in(0, harness::kMaxLr, /*lo_open=*/true));
   cmd.add_option("--warmup", o.warmup, "linear warmup steps")->capture_default_str()

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <stdexcept>
 
 #include "datasets/corpus.h"
 #include "datasets/token_file.h"
@@ -29,12 +30,11 @@ kernels::ModelOptions model_options(const RunOptions& o) {
     m.attn_res = kernels::AttnResImpl::Recompute;
   else
     throw UsageError("unknown --attn-res '" + o.attn_res + "'; use recompute or plain");
-  if (o.kda == "chunked")
-    m.kda = kernels::KdaImpl::Chunked;
-  else if (o.kda == "recurrent")
-    m.kda = kernels::KdaImpl::Recurrent;
-  else
-    throw UsageError("unknown --kda '" + o.kda + "'; use chunked or recurrent");
+  try {
+    m.kda = kernels::parse_kda_impl(o.kda);
+  } catch (const std::invalid_argument&) {
+    throw UsageError("unknown --kda '" + o.kda + "'; use fused, chunked or recurrent");
+  }
   m.loss_chunks = o.loss_chunks;
   return m;
 }

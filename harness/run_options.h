@@ -43,7 +43,7 @@ struct RunOptions {
   std::string clip_order = "single";
   std::string grad_accum = "auto";
   std::string attn_res = "recompute";
-  std::string kda = "chunked";
+  std::string kda = "fused";
   double lr = 8e-4;
   int warmup = 2;
   std::string lr_schedule = "wsd";  // torchtitan's warmup-stable-decay, or "constant"

@@ -1,11 +1,15 @@
 #include "kernels/kda.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 #include <vector>
 
+#include "kernels/kda_fused.h"
 #include "kernels/ops.h"
 #include "kernels/precision.h"
 
@@ -85,6 +89,109 @@ at::Tensor kda_chunked(const at::Tensor& q_in, const at::Tensor& k_in, const at:
   return pad == 0 ? o : o.narrow(2, 0, T);
 }
 
+namespace {
+
+// The fused core as an autograd Function: forward saves the key-side inputs, the chunk
+// entering states and r; backward runs kda_core::backward on them.
+struct KdaFusedFunction : torch::autograd::Function<KdaFusedFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q_in,
+                            const at::Tensor& k_in, const at::Tensor& v_in,
+                            const at::Tensor& g_in, const at::Tensor& beta_in, int64_t chunk) {
+    auto q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous(),
+         g = g_in.contiguous(), beta = beta_in.contiguous();
+    const int64_t B = q.size(0), H = q.size(1), T = q.size(2), K = q.size(3), V = v.size(3);
+    const bool fp64 = q.scalar_type() == at::kDouble;
+    const kda_core::Shape s{T, K, V, chunk};
+    const int64_t n_state = kda_core::state_elems(s, fp64),
+                  Vp = kda_core::padded(V, fp64);
+    auto o = at::empty({B, H, T, V}, v.options());
+    auto states = at::empty({B, H, n_state}, v.options());
+    auto r = at::empty({B, H, T, Vp}, v.options());
+    AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "kda_fused_forward", [&] {
+      at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t bh = begin; bh < end; ++bh)
+          kda_core::forward(s, q.data_ptr<scalar_t>() + bh * T * K,
+                             k.data_ptr<scalar_t>() + bh * T * K,
+                             v.data_ptr<scalar_t>() + bh * T * V,
+                             g.data_ptr<scalar_t>() + bh * T * K,
+                             beta.data_ptr<scalar_t>() + bh * T,
+                             o.data_ptr<scalar_t>() + bh * T * V,
+                             states.data_ptr<scalar_t>() + bh * n_state,
+                             r.data_ptr<scalar_t>() + bh * T * Vp);
+      });
+    });
+    ctx->save_for_backward({q, k, g, beta, states, r});
+    ctx->saved_data["chunk"] = chunk;
+    ctx->saved_data["V"] = V;
+    return o;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &q = saved[0], &k = saved[1], &g = saved[2], &beta = saved[3],
+               &states = saved[4], &r = saved[5];
+    const int64_t B = q.size(0), H = q.size(1), T = q.size(2), K = q.size(3);
+    const int64_t V = ctx->saved_data["V"].toInt(), n_state = states.size(2),
+                  Vp = r.size(3);
+    const kda_core::Shape s{T, K, V, ctx->saved_data["chunk"].toInt()};
+    auto dout = grads[0].contiguous();
+    auto dq = at::empty_like(q), dk = at::empty_like(k), dg = at::empty_like(g),
+         dbeta = at::empty_like(beta), dv = at::empty({B, H, T, V}, q.options());
+    AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "kda_fused_backward", [&] {
+      at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t bh = begin; bh < end; ++bh)
+          kda_core::backward(s, q.data_ptr<scalar_t>() + bh * T * K,
+                              k.data_ptr<scalar_t>() + bh * T * K,
+                              g.data_ptr<scalar_t>() + bh * T * K,
+                              beta.data_ptr<scalar_t>() + bh * T,
+                              states.data_ptr<scalar_t>() + bh * n_state,
+                              r.data_ptr<scalar_t>() + bh * T * Vp,
+                              dout.data_ptr<scalar_t>() + bh * T * V,
+                              dq.data_ptr<scalar_t>() + bh * T * K,
+                              dk.data_ptr<scalar_t>() + bh * T * K,
+                              dv.data_ptr<scalar_t>() + bh * T * V,
+                              dg.data_ptr<scalar_t>() + bh * T * K,
+                              dbeta.data_ptr<scalar_t>() + bh * T);
+      });
+    });
+    return {dq, dk, dv, dg, dbeta, at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor kda_fused(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     const at::Tensor& g, const at::Tensor& beta, int64_t chunk) {
+  const auto dt = q.scalar_type();
+  TORCH_CHECK(dt == at::kFloat || dt == at::kDouble,
+              "kda_fused runs in fp32 or fp64; upcast the inputs (got ", dt, ")");
+  for (const auto* t : {&k, &v, &g, &beta})
+    TORCH_CHECK(t->scalar_type() == dt, "kda_fused: q, k, v, g and beta share one dtype");
+  TORCH_CHECK(q.dim() == 4 && k.sizes() == q.sizes() && g.sizes() == q.sizes() &&
+                  v.dim() == 4 && v.size(2) == q.size(2) && beta.dim() == 3 &&
+                  beta.size(2) == q.size(2),
+              "kda_fused: q, k, g [B,H,T,K], v [B,H,T,V], beta [B,H,T]");
+  TORCH_CHECK(chunk > 0, "kda_fused: chunk must be positive");
+  TORCH_CHECK(q.is_cpu(), "kda_fused is a CPU kernel; on CUDA use kda_chunked");
+  return KdaFusedFunction::apply(q, k, v, g, beta, chunk);
+}
+
+const char* kda_impl_name(KdaImpl impl) {
+  switch (impl) {
+    case KdaImpl::Fused: return "fused";
+    case KdaImpl::Chunked: return "chunked";
+    case KdaImpl::Recurrent: return "recurrent";
+  }
+  return "?";
+}
+
+KdaImpl parse_kda_impl(const std::string& name) {
+  for (auto impl : {KdaImpl::Fused, KdaImpl::Chunked, KdaImpl::Recurrent})
+    if (name == kda_impl_name(impl)) return impl;
+  throw std::invalid_argument("unknown KDA form '" + name + "'; use fused, chunked or recurrent");
+}
+
 at::Tensor causal_depthwise_conv(const at::Tensor& x, const at::Tensor& w) {
   const int64_t T = x.size(1), J = w.size(1);
   auto xp = at::constant_pad_nd(x, {0, 0, J - 1, 0});                // [B,T+J-1,C]
@@ -116,8 +223,11 @@ at::Tensor kda(const at::Tensor& x, const KdaWeights& w, const KdaDims& d) {
   auto rate = w.A_log.to(acc).exp().repeat_interleave(K);                       // [H*K]
   auto g = heads(d.gate_bound * at::sigmoid(rate * raw));
 
-  auto o = d.impl == KdaImpl::Chunked ? kda_chunked(q, k, v, g, beta, d.chunk)
-                                      : kda_recurrent(q, k, v, g, beta);       // [B,H,T,K]
+  // The fused kernel is CPU code: on CUDA the fused form runs as the chunked one.
+  const bool fused = d.impl == KdaImpl::Fused && x.is_cpu();
+  auto o = fused                         ? kda_fused(q, k, v, g, beta, d.chunk)
+           : d.impl == KdaImpl::Recurrent ? kda_recurrent(q, k, v, g, beta)
+                                          : kda_chunked(q, k, v, g, beta, d.chunk);  // [B,H,T,K]
   o = o.to(stream).transpose(1, 2);                                              // [B,T,H,K]
   auto gate = project(x, w.output_gate).view({B, T, H, K});
   o = rms_norm_gated(o, gate, w.output_norm, d.output_eps).reshape({B, T, H * K});

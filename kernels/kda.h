@@ -12,6 +12,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <string>
+
 namespace parity::kernels {
 
 // The naive token-by-token recurrence: the algorithmic ground truth.
@@ -31,7 +33,19 @@ at::Tensor kda_recurrent(const at::Tensor& q, const at::Tensor& k, const at::Ten
 at::Tensor kda_chunked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                        const at::Tensor& g, const at::Tensor& beta, int64_t chunk);
 
-enum class KdaImpl { Recurrent, Chunked };
+// The fused form (kernels/kda_fused.h): one vectorised pass per (row, head) with a
+// hand-written backward that keeps only the state entering each chunk of `chunk` tokens and
+// r_t = v_t - S'^T k_t, and recomputes the rest. fp32 or fp64 inputs (callers upcast bf16);
+// (row, head) pairs run in parallel, each on one thread, so the bits do not depend on the
+// thread count. Differentiable once. CPU only: kda() runs the chunked form for it on CUDA.
+at::Tensor kda_fused(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     const at::Tensor& g, const at::Tensor& beta, int64_t chunk);
+
+enum class KdaImpl { Recurrent, Chunked, Fused };
+
+// "fused", "chunked", "recurrent"; parse_kda_impl throws std::invalid_argument for others.
+const char* kda_impl_name(KdaImpl impl);
+KdaImpl parse_kda_impl(const std::string& name);
 
 struct KdaDims {
   int64_t n_heads, head_dim, conv;
@@ -39,7 +53,7 @@ struct KdaDims {
   double l2norm_eps;   // q, k normalisation (ModelConfig::kda_l2norm_eps)
   double gate_bound;   // g = bound * sigmoid(...) (ModelConfig::kda_gate_bound)
   double output_eps;   // KimiRMSNormGated (ModelConfig::kda_output_eps)
-  KdaImpl impl = KdaImpl::Chunked;
+  KdaImpl impl = KdaImpl::Fused;
 };
 
 // Torchtitan's KDA parameters (kda.py), by their state-dict names.

@@ -4,6 +4,7 @@
 
 #include "kernels/config.h"
 #include "kernels/moe.h"
+#include "kernels/op_family.h"
 #include "kernels/threads.h"
 
 namespace parity::kernels {
@@ -29,7 +30,7 @@ RunInfo make_run_info(const TrainConfig& cfg, const std::string& trainer, int64_
   info.grad_accum = effective_grad_accum(cfg);
   info.clip_order = to_string(cfg.clip_order);
   info.attn_res_impl = cfg.model_options.attn_res == AttnResImpl::Plain ? "plain" : "recompute";
-  info.kda_impl = cfg.model_options.kda == KdaImpl::Chunked ? "chunked" : "recurrent";
+  info.kda_impl = kda_impl_name(cfg.model_options.kda);
   info.device = cfg.device;
   info.seed = cfg.seed;
   info.threads = cfg.threads;
@@ -123,6 +124,7 @@ void finish_step(const TrainConfig& cfg, int64_t step, Optimizer& optimizer, Nam
                  const std::vector<at::Tensor>& mb_losses, int64_t tokens,
                  std::chrono::steady_clock::time_point t0, StepObserver& observer,
                  const Ledger* ledger) {
+  FamilyScope family(OpFamily::Optimizer);
   const bool keep = observer.wants_tensors(step);
   std::vector<at::Tensor> grads_before_clip;
   if (keep)

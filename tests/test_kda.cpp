@@ -20,6 +20,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -185,6 +186,21 @@ TEST(KdaRecurrent, MatchesScalarLoopFp64) {
 // ---------------------------------------------------------------------------------------
 // Finite differences of the core forms (fp64).
 
+at::Tensor core_form(k::KdaImpl impl, const std::vector<at::Tensor>& x, int64_t C) {
+  switch (impl) {
+    case k::KdaImpl::Chunked: return k::kda_chunked(x[0], x[1], x[2], x[3], x[4], C);
+    case k::KdaImpl::Fused: return k::kda_fused(x[0], x[1], x[2], x[3], x[4], C);
+    case k::KdaImpl::Recurrent: break;
+  }
+  return k::kda_recurrent(x[0], x[1], x[2], x[3], x[4]);
+}
+
+std::string form_name(k::KdaImpl impl) {
+  std::string n = k::kda_impl_name(impl);
+  n[0] = char(std::toupper(n[0]));
+  return n;
+}
+
 using CoreCase = std::tuple<k::KdaImpl, int /*T*/>;
 
 class KdaCoreGradCheck : public ::testing::TestWithParam<CoreCase> {};
@@ -194,8 +210,7 @@ TEST_P(KdaCoreGradCheck, CentralDifferencesFp64) {
   const int64_t B = 2, H = 2, K = 8, V = 8, C = 8;
   auto c = core_inputs(B, H, T, K, V, 40 + T);
   TensorFn f = [impl = impl](const std::vector<at::Tensor>& x) {
-    return impl == k::KdaImpl::Chunked ? k::kda_chunked(x[0], x[1], x[2], x[3], x[4], C)
-                                       : k::kda_recurrent(x[0], x[1], x[2], x[3], x[4]);
+    return core_form(impl, x, C);
   };
   auto r = directional_fd(f, c.list(), kCoreNames, 50 + T);
   EXPECT_LE(r.worst, kFdTol) << "worst at " << r.where;
@@ -205,12 +220,11 @@ TEST_P(KdaCoreGradCheck, CentralDifferencesFp64) {
 // T = 16: two full chunks; T = 12: a padded last chunk; T = 5: shorter than one chunk.
 INSTANTIATE_TEST_SUITE_P(
     Forms, KdaCoreGradCheck,
-    ::testing::Combine(::testing::Values(k::KdaImpl::Chunked, k::KdaImpl::Recurrent),
+    ::testing::Combine(::testing::Values(k::KdaImpl::Chunked, k::KdaImpl::Recurrent,
+                                         k::KdaImpl::Fused),
                        ::testing::Values(16, 12, 5)),
     [](const auto& info) {
-      return std::string(std::get<0>(info.param) == k::KdaImpl::Chunked ? "Chunked"
-                                                                          : "Recurrent") +
-             "_T" + std::to_string(std::get<1>(info.param));
+      return form_name(std::get<0>(info.param)) + "_T" + std::to_string(std::get<1>(info.param));
     });
 
 // ---------------------------------------------------------------------------------------
@@ -276,11 +290,9 @@ TEST_P(KdaMixerGradCheck, CentralDifferencesFp64) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Forms, KdaMixerGradCheck,
-                         ::testing::Values(k::KdaImpl::Chunked, k::KdaImpl::Recurrent),
-                         [](const auto& info) {
-                           return std::string(info.param == k::KdaImpl::Chunked ? "Chunked"
-                                                                                  : "Recurrent");
-                         });
+                         ::testing::Values(k::KdaImpl::Chunked, k::KdaImpl::Recurrent,
+                                           k::KdaImpl::Fused),
+                         [](const auto& info) { return form_name(info.param); });
 
 // ---------------------------------------------------------------------------------------
 // Recurrent vs chunked.
@@ -336,12 +348,11 @@ struct Run {
   std::vector<at::Tensor> grads;  // q, k, v, g, beta
 };
 
-Run run_core(const CoreInputs& c, const at::Tensor& R, at::ScalarType dt, bool chunked,
+Run run_core(const CoreInputs& c, const at::Tensor& R, at::ScalarType dt, k::KdaImpl impl,
              int64_t C) {
   std::vector<at::Tensor> L;
   for (auto& t : c.list()) L.push_back(t.to(dt).requires_grad_(true));
-  auto o = chunked ? k::kda_chunked(L[0], L[1], L[2], L[3], L[4], C)
-                   : k::kda_recurrent(L[0], L[1], L[2], L[3], L[4]);
+  auto o = core_form(impl, L, C);
   auto g = torch::autograd::grad({(o * R.to(dt)).sum()}, L);
   return {o.detach(), g};
 }
@@ -355,8 +366,8 @@ TEST_P(KdaForms, RecurrentMatchesChunked) {
   auto c = core_inputs(B, H, T, K, V, 70 + T);
   auto gen = at::detail::createCPUGenerator(71 + T);
   auto R = at::randn({B, H, T, V}, gen, f64());
-  auto rec = run_core(c, R, dt, false, C);
-  auto chk = run_core(c, R, dt, true, C);
+  auto rec = run_core(c, R, dt, k::KdaImpl::Recurrent, C);
+  auto chk = run_core(c, R, dt, k::KdaImpl::Chunked, C);
   ASSERT_EQ(chk.o.sizes(), rec.o.sizes());
   ASSERT_EQ(chk.o.scalar_type(), dt);
 
@@ -387,7 +398,7 @@ TEST_P(KdaForms, RecurrentMatchesChunked) {
   auto broken = c;
   broken.g = c.g.clone();
   broken.g[0][0][T / 2].zero_();
-  auto moved = run_core(broken, R, dt, true, C);
+  auto moved = run_core(broken, R, dt, k::KdaImpl::Chunked, C);
   const double slip = max_rel(moved.o, rec.o);
   EXPECT_GT(slip, 10 * fwd_bound);
   std::cout << "[ observed ] " << dtype_name(dt) << " T=" << T << " one dropped decay moves o by "
@@ -469,6 +480,131 @@ TEST(KdaMixer, MatchesTorchtitanCompositionFp64) {
   const double e = max_rel(y, ref);
   EXPECT_LE(e, 1e-10);
   std::cout << "[ observed ] mixer fp64 vs torchtitan's composition: " << e << " (bound 1e-10)\n";
+}
+
+// ---------------------------------------------------------------------------------------
+// Fused vs recurrent.
+//
+// Worst-case bound (first order, relative in the max norm, u the unit roundoff of the dtype
+// the core runs in). The fused forward runs the recurrence's own operations per token in
+// the same order: the decay product, the K-long dot w = S'^T k (sequential over key
+// channels), r = v - w, the beta product, the rank-1 update and the K-long output dot:
+// 2K + 8 roundings, T (2K + 8) over the sequence (MatchesScalarLoopFp64), so the two forms
+// differ by at most 2 T (2K + 8) u kappa. The fused backward's adjoint per token: the
+// state-gradient updates (q do^T, k dw^T, the decay: 3 products, 2 sums), du (a K-long dot:
+// K / lanes vector steps and a lane tree, <= K roundings), dq, dk, dg, dbeta (V-long sums
+// over value columns, by tiles of 32: <= V + V / 32): <= 2K + 2V + 8, over T tokens, plus
+// the T-long path of dg through the later decays; the autograd adjoint of the recurrence
+// has the same depth. grad_bound = (2 * 2T(2K + 8) + T (2K + 2V + 8) + T) u kappa.
+double fused_fwd_depth(int64_t T, int64_t K) { return 2.0 * double(T) * (2 * K + 8); }
+double fused_grad_depth(int64_t T, int64_t K, int64_t V) {
+  return 2 * fused_fwd_depth(T, K) + double(T) * (2 * K + 2 * V + 8) + double(T);
+}
+
+struct FusedCase {
+  const char* name;
+  at::ScalarType dt;
+  int64_t B, H, T, K, V, C;
+};
+
+class KdaFused : public ::testing::TestWithParam<FusedCase> {};
+
+// fp64: the acceptance asks for 1e-12 relative on the output and on every gradient. The
+// worst-case bound above is larger at debugmodel size (2T(2K+8) = 1.3e5 roundings); the
+// probabilistic bound (independent rounding errors of mean zero: lambda sqrt(n) u with
+// probability >= 1 - 2 exp(-lambda^2 / 2)), lambda = 8 (failure odds < 1e-13), gives
+// 8 sqrt(n) u kappa; both are printed, and the test asserts the smaller of 1e-12 and the
+// worst-case bound.
+TEST_P(KdaFused, MatchesRecurrent) {
+  const auto p = GetParam();
+  auto c = core_inputs(p.B, p.H, p.T, p.K, p.V, 300 + p.T + p.K);
+  auto gen = at::detail::createCPUGenerator(301 + p.T);
+  auto R = at::randn({p.B, p.H, p.T, p.V}, gen, f64());
+  auto rec = run_core(c, R, p.dt, k::KdaImpl::Recurrent, p.C);
+  auto fus = run_core(c, R, p.dt, k::KdaImpl::Fused, p.C);
+  ASSERT_EQ(fus.o.sizes(), rec.o.sizes());
+  ASSERT_EQ(fus.o.scalar_type(), p.dt);
+  for (size_t i = 0; i < 5; ++i) ASSERT_EQ(fus.grads[i].sizes(), rec.grads[i].sizes());
+
+  const double u = p.dt == at::kDouble ? kU64 : kU32;
+  const double kappa = state_over_output(c);
+  double fwd_bound = fused_fwd_depth(p.T, p.K) * u * kappa;
+  double grad_bound = fused_grad_depth(p.T, p.K, p.V) * u * kappa;
+  std::cout << "[ observed ] " << p.name << " kappa " << kappa << ", worst-case bounds o "
+            << fwd_bound << " grads " << grad_bound << ", probabilistic (lambda 8) o "
+            << 8 * std::sqrt(fused_fwd_depth(p.T, p.K)) * u * kappa << "\n";
+  if (p.dt == at::kDouble) {
+    fwd_bound = std::min(fwd_bound, 1e-12);
+    grad_bound = std::min(grad_bound, 1e-12);
+  }
+  ASSERT_LT(grad_bound, 1e-2);  // not vacuous
+
+  const double of = max_rel(fus.o, rec.o);
+  EXPECT_LE(of, fwd_bound) << "forward";
+  std::cout << "[ observed ] " << p.name << " o: " << of << " (" << of / u << " u; bound "
+            << fwd_bound << ")\n";
+  for (size_t i = 0; i < 5; ++i) {
+    const double e = max_rel(fus.grads[i], rec.grads[i]);
+    EXPECT_LE(e, grad_bound) << "d" << kCoreNames[i];
+    std::cout << "[ observed ] " << p.name << " d" << kCoreNames[i] << ": " << e << " ("
+              << e / u << " u; bound " << grad_bound << ")\n";
+  }
+
+  // The bound can fail: one token's decay dropped moves the output by far more.
+  auto broken = c;
+  broken.g = c.g.clone();
+  broken.g[0][0][p.T / 2].zero_();
+  const double slip = max_rel(run_core(broken, R, p.dt, k::KdaImpl::Fused, p.C).o, rec.o);
+  EXPECT_GT(slip, 10 * fwd_bound);
+}
+
+// T never a multiple of the chunk; key and value widths that are whole vectors (16 floats,
+// 8 doubles) and widths that are not (the kernel pads them); debugmodel's heads (4 x 128,
+// chunk 16) and tiny's (16, chunk 8).
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, KdaFused,
+    ::testing::Values(FusedCase{"debugmodel_fp64", at::kDouble, 1, 4, 250, 128, 128, 16},
+                      FusedCase{"tiny_fp64", at::kDouble, 2, 2, 37, 16, 16, 8},
+                      FusedCase{"padded_fp64", at::kDouble, 2, 2, 21, 12, 20, 8},
+                      FusedCase{"tiny_fp32", at::kFloat, 2, 2, 37, 16, 16, 8},
+                      FusedCase{"padded_fp32", at::kFloat, 2, 2, 45, 24, 40, 16},
+                      FusedCase{"short_fp32", at::kFloat, 1, 2, 5, 16, 16, 8}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+bool same_bits(const Run& a, const Run& b) {
+  if (!torch::equal(a.o, b.o)) return false;
+  for (size_t i = 0; i < a.grads.size(); ++i)
+    if (!torch::equal(a.grads[i], b.grads[i])) return false;
+  return true;
+}
+
+// Bitwise: two runs give the same bits, and so do 1 and 2 threads (each (row, head) is one
+// thread's work, in a fixed order). fp32, debugmodel heads, two rows.
+TEST(KdaFusedBitwise, RepeatableAndThreadCountFree) {
+  auto c = core_inputs(2, 4, 100, 128, 128, 310);
+  auto gen = at::detail::createCPUGenerator(311);
+  auto R = at::randn({2, 4, 100, 128}, gen, f64());
+  auto one = run_core(c, R, at::kFloat, k::KdaImpl::Fused, 16);
+  auto again = run_core(c, R, at::kFloat, k::KdaImpl::Fused, 16);
+  EXPECT_TRUE(same_bits(one, again)) << "two runs differ";
+  parity::kernels::pin_threads(2);
+  auto two = run_core(c, R, at::kFloat, k::KdaImpl::Fused, 16);
+  parity::kernels::pin_threads(1);
+  EXPECT_TRUE(same_bits(one, two)) << "1 and 2 threads differ";
+}
+
+// The mixer with the fused core matches the recurrent one (fp64); the bound is the one of
+// ChunkedMatchesRecurrentFp64, with the fused depth 2T(2K+8) u = 1.1e-13 for T = 21, K = 8.
+TEST(KdaMixer, FusedMatchesRecurrentFp64) {
+  const int64_t T = 21;
+  auto m = mixer_setup(2, T, k::KdaImpl::Fused, 81);
+  auto d_rec = m.dims;
+  d_rec.impl = k::KdaImpl::Recurrent;
+  ASSERT_LT(fused_fwd_depth(T, m.dims.head_dim) * kU64, 2e-13);
+  const double e = max_rel(k::kda(m.x, as_weights(m.weights), m.dims),
+                           k::kda(m.x, as_weights(m.weights), d_rec));
+  EXPECT_LE(e, 1e-10);
+  std::cout << "[ observed ] mixer fp64 fused vs recurrent: " << e << " (bound 1e-10)\n";
 }
 
 }  // namespace

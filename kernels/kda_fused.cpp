@@ -1,0 +1,299 @@
+// The fused KDA core (kda_fused.h). Built with -ffp-contract=off (kernels/CMakeLists.txt):
+// every product and every sum rounds on its own, in every clone.
+#include "kernels/kda_fused.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+namespace parity::kernels::kda_core {
+namespace {
+
+#define PARITY_INLINE inline __attribute__((always_inline))
+// One clone per vector ISA, chosen at load time; the arithmetic is the same in each.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define PARITY_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define PARITY_CLONES
+#endif
+
+template <class E>
+struct VecOf;
+template <>
+struct VecOf<float> {
+  typedef float type __attribute__((vector_size(64)));
+};
+template <>
+struct VecOf<double> {
+  typedef double type __attribute__((vector_size(64)));
+};
+template <class E>
+using Vec = typename VecOf<E>::type;
+template <class E>
+constexpr int kLanes = 64 / sizeof(E);
+
+template <class E>
+PARITY_INLINE Vec<E> load(const E* p) {
+  Vec<E> x;
+  std::memcpy(&x, p, sizeof x);
+  return x;
+}
+template <class E>
+PARITY_INLINE void store(E* p, Vec<E> x) {
+  std::memcpy(p, &x, sizeof x);
+}
+template <class E>
+PARITY_INLINE Vec<E> zeros() {
+  return Vec<E>{};
+}
+// The lanes of x summed as a fixed pairwise tree (halves, then quarters, ...).
+template <class E>
+PARITY_INLINE E lane_sum(Vec<E> x) {
+  E b[kLanes<E>];
+  std::memcpy(b, &x, sizeof x);
+  for (int w = kLanes<E> / 2; w >= 1; w /= 2)
+    for (int i = 0; i < w; ++i) b[i] += b[i + w];
+  return b[0];
+}
+
+int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+// Value columns per forward tile, in vectors: the tile's K rows of state stay in L1 while
+// the whole sequence runs through it. Tiles are independent in the forward (no sum crosses
+// value columns), so the width changes no bits there.
+constexpr int kFwdTileVecs = 4;
+// Value columns per backward tile: the sums over value channels (dq, dk, dg, dbeta) are
+// taken per tile, in column order, and added to the total in tile order.
+constexpr int64_t kBwdTileCols = 32;
+
+// ---------------------------------------------------------------------------------------
+// Forward, one tile of NV vectors of value columns starting at j0, all tokens.
+template <class E, int NV>
+PARITY_INLINE void forward_tile(const Shape& s, int64_t Kp, int64_t Vp, int64_t j0,
+                                const E* q, const E* k, const E* a, const E* vpad,
+                                const E* beta, E* S, E* opad, E* states, E* r) {
+  constexpr int W = kLanes<E>;
+  const int64_t K = s.K;
+  std::fill(S, S + K * NV * W, E(0));
+  for (int64_t t = 0; t < s.T; ++t) {
+    if (t % s.chunk == 0) {  // the state entering chunk t / chunk
+      E* dst = states + (t / s.chunk) * Kp * Vp + j0;
+      for (int64_t i = 0; i < K; ++i) std::memcpy(dst + i * Vp, S + i * NV * W, sizeof(E) * NV * W);
+      for (int64_t i = K; i < Kp; ++i) std::fill(dst + i * Vp, dst + i * Vp + NV * W, E(0));
+    }
+    const E* at = a + t * K;
+    const E* kt = k + t * K;
+    const E* qt = q + t * K;
+    Vec<E> w[NV], u[NV], o[NV];
+    for (int c = 0; c < NV; ++c) w[c] = zeros<E>();
+    for (int64_t i = 0; i < K; ++i) {  // S' = diag(a) S;  w = S'^T k
+      E* row = S + i * NV * W;
+      for (int c = 0; c < NV; ++c) {
+        const Vec<E> x = load(row + c * W) * at[i];
+        store(row + c * W, x);
+        w[c] += x * kt[i];
+      }
+    }
+    for (int c = 0; c < NV; ++c) {  // r = v - w;  u = beta r
+      const Vec<E> rr = load(vpad + t * Vp + j0 + c * W) - w[c];
+      store(r + t * Vp + j0 + c * W, rr);
+      u[c] = rr * beta[t];
+      o[c] = zeros<E>();
+    }
+    for (int64_t i = 0; i < K; ++i) {  // S = S' + k u^T;  o = S^T q
+      E* row = S + i * NV * W;
+      for (int c = 0; c < NV; ++c) {
+        const Vec<E> x = load(row + c * W) + u[c] * kt[i];
+        store(row + c * W, x);
+        o[c] += x * qt[i];
+      }
+    }
+    for (int c = 0; c < NV; ++c) store(opad + t * Vp + j0 + c * W, o[c]);
+  }
+}
+
+template <class E>
+PARITY_INLINE void forward_impl(const Shape& s, const E* q, const E* k, const E* v, const E* g,
+                                const E* beta, E* o, E* states, E* r) {
+  constexpr int W = kLanes<E>;
+  const int64_t T = s.T, K = s.K, V = s.V, Kp = round_up(K, W), Vp = round_up(V, W);
+  std::vector<E> a(T * K), vpad(T * Vp, E(0)), opad(T * Vp), S(K * kFwdTileVecs * W);
+  for (int64_t i = 0; i < T * K; ++i) a[i] = std::exp(g[i]);
+  for (int64_t t = 0; t < T; ++t) std::memcpy(&vpad[t * Vp], v + t * V, sizeof(E) * V);
+  for (int64_t j0 = 0; j0 < Vp; j0 += kFwdTileVecs * W) {
+    const auto tile = [&](auto nv) {
+      forward_tile<E, decltype(nv)::value>(s, Kp, Vp, j0, q, k, a.data(), vpad.data(), beta,
+                                           S.data(), opad.data(), states, r);
+    };
+    switch (std::min<int64_t>(kFwdTileVecs, (Vp - j0) / W)) {
+      case 4: tile(std::integral_constant<int, 4>{}); break;
+      case 3: tile(std::integral_constant<int, 3>{}); break;
+      case 2: tile(std::integral_constant<int, 2>{}); break;
+      default: tile(std::integral_constant<int, 1>{}); break;
+    }
+  }
+  for (int64_t t = 0; t < T; ++t) std::memcpy(o + t * V, &opad[t * Vp], sizeof(E) * V);
+}
+
+// ---------------------------------------------------------------------------------------
+// Backward. With G the gradient w.r.t. the state after token t (zero after the last token)
+// and do_t the output's, the adjoint of the forward lines, last to first:
+//   o = S^T q:         G += q do^T;            dq = S do
+//   S = S' + k u^T:    dk = G u;               du = G^T k         (G is now dS')
+//   u = beta r:        dbeta = du . r;         dv = beta du;      dw = -beta du
+//   w = S'^T k:        G += k dw^T;            dk += S' dw
+//   S' = diag(a) S:    dg = rowsum(G o S')  (da a);                G = diag(a) G
+// The state tile is held by columns (each column a run of Kp key channels), so the sums
+// over key channels (du) are vector sums plus one lane tree per column, and the sums over
+// value columns (dq, dk, dg) are vector sums in column order.
+template <class E>
+PARITY_INLINE void backward_impl(const Shape& s, const E* q, const E* k, const E* g,
+                                 const E* beta, const E* states, const E* r, const E* dout,
+                                 E* dq, E* dk, E* dv, E* dg, E* dbeta) {
+  constexpr int W = kLanes<E>;
+  const int64_t T = s.T, K = s.K, V = s.V, C = s.chunk;
+  const int64_t Kp = round_up(K, W), Vp = round_up(V, W), NB = Kp / W, NC = (T + C - 1) / C;
+  const int64_t VT = kBwdTileCols;
+  // Key-side inputs padded to Kp with zeros (padded state rows then stay zero), and the
+  // key-side gradients accumulated the same way.
+  std::vector<E> qp(T * Kp, E(0)), kp(T * Kp, E(0)), ap(T * Kp, E(0));
+  std::vector<E> dqp(T * Kp, E(0)), dkp(T * Kp, E(0)), dgp(T * Kp, E(0));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < K; ++i) {
+      qp[t * Kp + i] = q[t * K + i];
+      kp[t * Kp + i] = k[t * K + i];
+      ap[t * Kp + i] = std::exp(g[t * K + i]);
+    }
+  std::fill(dbeta, dbeta + T, E(0));
+  // du_part holds one vector of partial sums per column (plain element storage: the
+  // vector type's 64-byte alignment is not the allocator's).
+  std::vector<E> cur(VT * Kp), G(VT * Kp), Sp(C * VT * Kp), uu(VT), dw(VT), du_part(VT * W);
+
+  for (int64_t j0 = 0; j0 < V; j0 += VT) {
+    const int64_t nc = std::min(VT, V - j0);
+    std::fill(G.begin(), G.end(), E(0));
+    for (int64_t n = NC - 1; n >= 0; --n) {
+      const int64_t t0 = n * C, t1 = std::min(T, t0 + C);
+      // The state entering the chunk, by columns; then S' of every token of the chunk,
+      // recomputed with the forward's own operations (same bits).
+      const E* st = states + n * Kp * Vp + j0;
+      for (int64_t jj = 0; jj < nc; ++jj)
+        for (int64_t i = 0; i < Kp; ++i) cur[jj * Kp + i] = st[i * Vp + jj];
+      for (int64_t t = t0; t < t1; ++t) {
+        E* sp = &Sp[(t - t0) * VT * Kp];
+        for (int64_t jj = 0; jj < nc; ++jj) {
+          const E uj = r[t * Vp + j0 + jj] * beta[t];
+          for (int64_t b = 0; b < NB; ++b) {
+            const Vec<E> x = load(&cur[jj * Kp + b * W]) * load(&ap[t * Kp + b * W]);
+            store(sp + jj * Kp + b * W, x);
+            store(&cur[jj * Kp + b * W], x + load(&kp[t * Kp + b * W]) * uj);
+          }
+        }
+      }
+      for (int64_t t = t1 - 1; t >= t0; --t) {
+        const E* sp = &Sp[(t - t0) * VT * Kp];
+        const E* dot = dout + t * V + j0;
+        for (int64_t jj = 0; jj < nc; ++jj) {
+          uu[jj] = r[t * Vp + j0 + jj] * beta[t];
+          store(&du_part[jj * W], zeros<E>());
+        }
+        // G += q do^T; dq += S do; dk += G u; du = G^T k (by vector blocks of key channels)
+        for (int64_t b = 0; b < NB; ++b) {
+          const Vec<E> kb = load(&kp[t * Kp + b * W]), qb = load(&qp[t * Kp + b * W]);
+          Vec<E> dq_acc = zeros<E>(), dk_acc = zeros<E>();
+          for (int64_t jj = 0; jj < nc; ++jj) {
+            const Vec<E> St = load(sp + jj * Kp + b * W) + kb * uu[jj];
+            const Vec<E> Gv = load(&G[jj * Kp + b * W]) + qb * dot[jj];
+            store(&G[jj * Kp + b * W], Gv);
+            dq_acc += St * dot[jj];
+            dk_acc += Gv * uu[jj];
+            store(&du_part[jj * W], load(&du_part[jj * W]) + Gv * kb);
+          }
+          store(&dqp[t * Kp + b * W], load(&dqp[t * Kp + b * W]) + dq_acc);
+          store(&dkp[t * Kp + b * W], load(&dkp[t * Kp + b * W]) + dk_acc);
+        }
+        E dbeta_acc = 0;
+        for (int64_t jj = 0; jj < nc; ++jj) {
+          const E du = lane_sum<E>(load(&du_part[jj * W]));
+          dv[t * V + j0 + jj] = beta[t] * du;
+          dw[jj] = -(beta[t] * du);
+          dbeta_acc += du * r[t * Vp + j0 + jj];
+        }
+        dbeta[t] += dbeta_acc;
+        // G += k dw^T; dk += S' dw; dg = rowsum(G o S'); G = diag(a) G
+        for (int64_t b = 0; b < NB; ++b) {
+          const Vec<E> kb = load(&kp[t * Kp + b * W]), ab = load(&ap[t * Kp + b * W]);
+          Vec<E> dk_acc = zeros<E>(), dg_acc = zeros<E>();
+          for (int64_t jj = 0; jj < nc; ++jj) {
+            const Vec<E> spv = load(sp + jj * Kp + b * W);
+            const Vec<E> Gv = load(&G[jj * Kp + b * W]) + kb * dw[jj];
+            dk_acc += spv * dw[jj];
+            dg_acc += Gv * spv;
+            store(&G[jj * Kp + b * W], Gv * ab);
+          }
+          store(&dkp[t * Kp + b * W], load(&dkp[t * Kp + b * W]) + dk_acc);
+          store(&dgp[t * Kp + b * W], load(&dgp[t * Kp + b * W]) + dg_acc);
+        }
+      }
+    }
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    std::memcpy(dq + t * K, &dqp[t * Kp], sizeof(E) * K);
+    std::memcpy(dk + t * K, &dkp[t * Kp], sizeof(E) * K);
+    std::memcpy(dg + t * K, &dgp[t * Kp], sizeof(E) * K);
+  }
+}
+
+PARITY_CLONES void forward_f32(const Shape& s, const float* q, const float* k, const float* v,
+                               const float* g, const float* beta, float* o, float* states,
+                               float* r) {
+  forward_impl<float>(s, q, k, v, g, beta, o, states, r);
+}
+PARITY_CLONES void forward_f64(const Shape& s, const double* q, const double* k,
+                               const double* v, const double* g, const double* beta,
+                               double* o, double* states, double* r) {
+  forward_impl<double>(s, q, k, v, g, beta, o, states, r);
+}
+PARITY_CLONES void backward_f32(const Shape& s, const float* q, const float* k, const float* g,
+                                const float* beta, const float* states, const float* r,
+                                const float* dout, float* dq, float* dk, float* dv, float* dg,
+                                float* dbeta) {
+  backward_impl<float>(s, q, k, g, beta, states, r, dout, dq, dk, dv, dg, dbeta);
+}
+PARITY_CLONES void backward_f64(const Shape& s, const double* q, const double* k,
+                                const double* g, const double* beta, const double* states,
+                                const double* r, const double* dout, double* dq, double* dk,
+                                double* dv, double* dg, double* dbeta) {
+  backward_impl<double>(s, q, k, g, beta, states, r, dout, dq, dk, dv, dg, dbeta);
+}
+
+}  // namespace
+
+int64_t padded(int64_t n, bool fp64) { return round_up(n, fp64 ? kLanes<double> : kLanes<float>); }
+
+int64_t state_elems(const Shape& s, bool fp64) {
+  return (s.T + s.chunk - 1) / s.chunk * padded(s.K, fp64) * padded(s.V, fp64);
+}
+
+void forward(const Shape& s, const float* q, const float* k, const float* v, const float* g,
+             const float* beta, float* o, float* states, float* r) {
+  forward_f32(s, q, k, v, g, beta, o, states, r);
+}
+void forward(const Shape& s, const double* q, const double* k, const double* v,
+             const double* g, const double* beta, double* o, double* states, double* r) {
+  forward_f64(s, q, k, v, g, beta, o, states, r);
+}
+void backward(const Shape& s, const float* q, const float* k, const float* g,
+              const float* beta, const float* states, const float* r, const float* dout,
+              float* dq, float* dk, float* dv, float* dg, float* dbeta) {
+  backward_f32(s, q, k, g, beta, states, r, dout, dq, dk, dv, dg, dbeta);
+}
+void backward(const Shape& s, const double* q, const double* k, const double* g,
+              const double* beta, const double* states, const double* r, const double* dout,
+              double* dq, double* dk, double* dv, double* dg, double* dbeta) {
+  backward_f64(s, q, k, g, beta, states, r, dout, dq, dk, dv, dg, dbeta);
+}
+
+}  // namespace parity::kernels::kda_core

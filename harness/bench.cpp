@@ -2,10 +2,16 @@
 
 #include <ATen/ATen.h>
 #include <sys/resource.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <memory>
+#include <string>
+#include <cmath>
+#include <functional>
 #include <cstdio>
 #include <vector>
 
@@ -15,7 +21,9 @@
 #include "harness/run.h"
 #include "kernels/kda.h"
 #include "kernels/model.h"
+#include "kernels/op_family.h"
 #include "kernels/params.h"
+#include "kernels/precision.h"
 #include "kernels/threads.h"
 
 namespace parity::harness {
@@ -39,12 +47,128 @@ class StepTimes : public kernels::StepObserver {
   void on_step(const kernels::StepRecord& r) override {
     seconds.push_back(r.seconds);
     tokens = r.tokens;
+    if (clock) families.push_back(clock->seconds());
     std::fprintf(stderr, "  step %lld: %.1f ms\n", static_cast<long long>(r.step),
                  r.seconds * 1e3);
   }
   std::vector<double> seconds;
   int64_t tokens = 0;
+  const kernels::FamilyClock* clock = nullptr;  // --breakdown: the clock read at each step
+  std::vector<std::array<double, kernels::kOpFamilies>> families;
 };
+
+using Families = std::array<double, kernels::kOpFamilies>;
+
+// The model's FLOPs per step by op family, counted from its shapes: a linear map of an
+// [out, in] weight is 2 out in per token (grouped and depthwise weights alike, routed experts
+// times top_k / n_experts); MLA's attention 2 H (qk + v) (T + 1) / 2 per token (causal); the
+// KDA recurrence 7 H K V per token (decay, S'^T k, the rank-1 update, S^T q); an AttnRes
+// read 4 D per stack entry per token (scores and the weighted sum). The backward is counted
+// as twice the forward; AdamW as 12 per parameter. Norms and element-wise ops are not
+// counted (they are memory-bound: their time shows without FLOPs).
+Families step_gflops(const kernels::ModelConfig& c, int64_t tokens, int64_t seq_len) {
+  Families fwd{};
+  auto add = [&](kernels::OpFamily f, double per_token) {
+    fwd[static_cast<int>(f)] += per_token * double(tokens);
+  };
+  auto family_of = [&](const std::string& fqn) {
+    using F = kernels::OpFamily;
+    if (fqn.find(".delta_attention.") != std::string::npos) return F::Kda;
+    if (fqn.find(".attention.") != std::string::npos) return F::Mla;
+    if (fqn.find(".moe.") != std::string::npos || fqn.find(".feed_forward.") != std::string::npos)
+      return F::MoeFfn;
+    if (fqn.rfind("lm_head", 0) == 0) return F::HeadLoss;
+    return F::Other;
+  };
+  double n_params = 0;
+  for (const auto& spec : kernels::param_specs(c)) {
+    n_params += double(spec.numel());
+    if (spec.shape.size() < 2) continue;
+    const auto f = family_of(spec.fqn);
+    if (f == kernels::OpFamily::Other) continue;  // the embedding (a gather), res projections
+    double flops = 2.0 * double(spec.numel());
+    if (spec.fqn.find("routed_experts") != std::string::npos)
+      flops *= double(c.top_k) / double(c.n_experts);
+    add(f, flops);
+  }
+  int reads = 0, entries = 0;  // AttnRes: the reads of each layer and the head
+  for (int l = 0; l <= c.n_layers; ++l) {
+    const int stack = std::min(l / c.layers_per_block + 1, c.n_blocks());
+    const int r = l == c.n_layers ? 1 : (l == 0 ? 1 : 2);
+    reads += r;
+    entries += r * (stack + 1);
+  }
+  add(kernels::OpFamily::AttnRes, 4.0 * c.dim * entries);
+  for (int l = 0; l < c.n_layers; ++l) {
+    if (c.mixer(l) == kernels::MixerKind::MLA)
+      add(kernels::OpFamily::Mla,
+          2.0 * c.n_heads * (c.qk_nope + c.qk_rope + c.v_head) * double(seq_len + 1) / 2);
+    else
+      add(kernels::OpFamily::Kda, 7.0 * c.n_heads * double(c.kda_head) * c.kda_head);
+  }
+  Families step{};
+  for (int f = 0; f < kernels::kOpFamilies; ++f) step[f] = 3.0 * fwd[f] / 1e9;
+  step[static_cast<int>(kernels::OpFamily::Optimizer)] = 12.0 * n_params / 1e9;
+  (void)reads;
+  return step;
+}
+
+// The GEMM rate at::mm reaches here, now: n x n products in dtype dt, the median of 5.
+double gemm_gflops(at::ScalarType dt, int64_t n) {
+  auto gen = at::detail::createCPUGenerator(7);
+  auto a = at::empty({n, n}).normal_(0, 1, gen).to(dt);
+  auto b = at::empty({n, n}).normal_(0, 1, gen).to(dt);
+  std::vector<double> t;
+  for (int i = 0; i < 7; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto c = at::mm(a, b);
+    if (i >= 2)
+      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return 2.0 * double(n) * n * n / t[t.size() / 2] / 1e9;
+}
+
+void print_breakdown(const BenchOptions& o, const StepTimes& times) {
+  const auto cfg = kernels::flavor(o.run.flavor);
+  const size_t first = static_cast<size_t>(o.warmup_steps);
+  const size_t n = times.families.size() - first;
+  Families mean{};
+  for (size_t s = first; s < times.families.size(); ++s)
+    for (int f = 0; f < kernels::kOpFamilies; ++f)
+      mean[f] += (times.families[s][f] - (s == 0 ? 0.0 : times.families[s - 1][f])) / double(n);
+  double total = 0;
+  for (double v : mean) total += v;
+  const auto gflops = step_gflops(cfg, times.tokens, o.run.seq_len);
+  double total_gflop = 0;
+  for (double v : gflops) total_gflop += v;
+  const auto dt = kernels::compute_dtype(kernels::parse_precision(o.run.dtype));
+  const double peak32 = gemm_gflops(at::kFloat, 1024), peak256 = gemm_gflops(dt, 256),
+               peak_dt = dt == at::kFloat ? peak32 : gemm_gflops(dt, 1024);
+  std::printf("\nbreakdown: the mean of %zu measured steps, by op family (forward, and the "
+              "backward nodes each one's forward made)\n", n);
+  std::printf("%-12s %10s %7s %12s %10s\n", "family", "ms/step", "share", "GFLOP/step",
+              "GFLOP/s");
+  for (int f = 0; f < kernels::kOpFamilies; ++f) {
+    std::printf("%-12s %10.1f %6.1f%% %12.2f", kernels::op_family_name(kernels::OpFamily(f)),
+                mean[f] * 1e3, 100.0 * mean[f] / total, gflops[f]);
+    if (gflops[f] > 0 && mean[f] > 0)
+      std::printf(" %10.1f\n", gflops[f] / mean[f]);
+    else
+      std::printf(" %10s\n", "-");
+  }
+  std::printf("%-12s %10.1f %6.1f%% %12.2f %10.1f\n", "step", total * 1e3, 100.0, total_gflop,
+              total_gflop / total);
+  std::printf("GEMM peak here (at::mm, %d thread(s)): fp32 n=1024 %.1f GFLOP/s", o.run.threads,
+              peak32);
+  if (dt != at::kFloat) std::printf(", %s n=1024 %.1f GFLOP/s", o.run.dtype.c_str(), peak_dt);
+  std::printf(", %s n=256 %.1f GFLOP/s\n", o.run.dtype.c_str(), peak256);
+  std::printf("step: %.1f GFLOP at %.1f GFLOP/s = %.0f%% of the n=1024 peak (FLOPs counted "
+              "from the shapes: 2 per weight per token, x3 for the backward, MLA and KDA "
+              "cores, AdamW)\n", total_gflop, total_gflop / total,
+              100.0 * total_gflop / total / peak_dt);
+  std::fflush(stdout);
+}
 
 void print_bench(const BenchOptions& o, bool pipe, const std::string& shape,
                  const StepTimes& times, const pipelined::PipelineStats& stats) {
@@ -66,6 +190,9 @@ void print_bench(const BenchOptions& o, bool pipe, const std::string& shape,
 }  // namespace
 
 int bench_trainer(BenchOptions o) {
+  if (o.breakdown && o.run.nproc > 0)
+    throw UsageError("--breakdown times one process: drop --nproc (the in-process pipeline "
+                     "runs every rank on this thread)");
   o.run.steps = o.warmup_steps + o.measured_steps;
   const bool pipe = o.what == "pipelined";
   std::string shape = "reference";
@@ -81,10 +208,17 @@ int bench_trainer(BenchOptions o) {
     shape += ", " + std::to_string(o.run.nproc) + " processes (" +
              (o.run.backend.empty() ? std::string("gloo") : o.run.backend) + ")";
   StepTimes times;
+  std::unique_ptr<kernels::FamilyClock> clock;
+  if (o.breakdown) {
+    clock = std::make_unique<kernels::FamilyClock>();
+    times.clock = clock.get();
+  }
   // Printed by the process that ran rank 0 (a worker under --nproc).
-  run_trainer(o.what, o.run, times, [&](const pipelined::PipelineStats& stats) {
-    print_bench(o, pipe, shape, times, stats);
-  });
+  run_trainer(pipe ? "pipelined" : "reference", o.run, times,
+              [&](const pipelined::PipelineStats& stats) {
+                print_bench(o, pipe, shape, times, stats);
+                if (clock) print_breakdown(o, times);
+              });
   return 0;
 }
 
@@ -134,19 +268,41 @@ int bench_kda(const BenchOptions& o) {
   auto gen = at::detail::createCPUGenerator(o.run.seed);
   auto x = at::empty({o.run.rows, o.run.seq_len, cfg.dim}).normal_(0, 1, gen).to(dt);
   x.requires_grad_(true);
-  std::printf("%-12s %-6s %-10s %6s %12s\n", "flavor", "dtype", "kda", "T", "ms fwd+bwd");
-  for (auto impl : {kernels::KdaImpl::Chunked, kernels::KdaImpl::Recurrent}) {
-    const auto d = kernels::kda_dims(cfg, impl);
+  // The core alone, on inputs of the mixer's core shape in the dtype it runs in: q, k unit
+  // rows (q scaled by K^-1/2), v ~ N(0,1), g ~ U(-5,0), beta ~ U(0,1).
+  const int64_t B = o.run.rows, H = cfg.n_heads, T = o.run.seq_len, K = cfg.kda_head;
+  const auto acc = kernels::accum_dtype(dt);
+  auto unit = [](const at::Tensor& a) { return a / a.pow(2).sum(-1, true).sqrt(); };
+  std::vector<at::Tensor> core{unit(at::randn({B, H, T, K}, gen)) / std::sqrt(double(K)),
+                               unit(at::randn({B, H, T, K}, gen)), at::randn({B, H, T, K}, gen),
+                               -5.0 * at::rand({B, H, T, K}, gen), at::rand({B, H, T}, gen)};
+  for (auto& c : core) c = c.to(acc).requires_grad_(true);
+  auto timed = [&](const std::function<void()>& f) {
     std::vector<double> t;
     for (int i = 0; i < o.warmup_steps + o.measured_steps; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
-      kernels::kda(x, w, d).sum().backward();
+      f();
       t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
-    std::vector<double> measured(t.begin() + o.warmup_steps, t.end());
-    std::printf("%-12s %-6s %-10s %6lld %12.2f\n", cfg.name.c_str(), o.run.dtype.c_str(),
-                impl == kernels::KdaImpl::Chunked ? "chunked" : "recurrent",
-                static_cast<long long>(o.run.seq_len), median(measured) * 1e3);
+    return median(std::vector<double>(t.begin() + o.warmup_steps, t.end())) * 1e3;
+  };
+  std::printf("%-12s %-6s %-10s %6s %14s %14s\n", "flavor", "dtype", "kda", "T",
+              "layer ms", "core ms");
+  for (auto impl : {kernels::KdaImpl::Fused, kernels::KdaImpl::Chunked,
+                    kernels::KdaImpl::Recurrent}) {
+    const auto d = kernels::kda_dims(cfg, impl);
+    const double layer = timed([&] { kernels::kda(x, w, d).sum().backward(); });
+    const double core_ms = timed([&] {
+      at::Tensor out = impl == kernels::KdaImpl::Fused
+                           ? kernels::kda_fused(core[0], core[1], core[2], core[3], core[4], d.chunk)
+                       : impl == kernels::KdaImpl::Chunked
+                           ? kernels::kda_chunked(core[0], core[1], core[2], core[3], core[4], d.chunk)
+                           : kernels::kda_recurrent(core[0], core[1], core[2], core[3], core[4]);
+      out.sum().backward();
+    });
+    std::printf("%-12s %-6s %-10s %6lld %14.2f %14.2f\n", cfg.name.c_str(), o.run.dtype.c_str(),
+                kernels::kda_impl_name(impl), static_cast<long long>(T), layer, core_ms);
+    std::fflush(stdout);
   }
   return 0;
 }

@@ -2,8 +2,12 @@
 //
 //   reference | pipelined   trainer steps: tokens/s, ms/step (median of the measured steps
 //                           after warm-up), peak RSS; pipelined adds transport bytes per
-//                           micro-batch
-//   kda                     one KDA mixer layer, forward + backward, chunked vs recurrent
+//                           micro-batch. With breakdown: the time per op family
+//                           (kernels/op_family.h), the step's FLOPs counted from the shapes,
+//                           the achieved GFLOP/s and the GEMM peak measured in the same run
+//   step                    the reference trainer's step (as reference)
+//   kda                     one KDA mixer layer and its core alone, forward + backward,
+//                           per form (fused, chunked, recurrent)
 //   compare                 two dumps compared tensor by tensor: GB/s of tensor data per side
 //   gemm                    square matrix products (n = 256, 512, 1024, 2048) in the compute
 //                           dtype: GFLOP/s (2 n^3 per product), the machine's practical peak
@@ -21,10 +25,11 @@ struct BenchOptions {
   int warmup_steps = 2;
   int measured_steps = 5;
   std::string a, b;  // what = compare: the two dumps
+  bool breakdown = false;  // what = reference, step or pipelined (in-process)
 };
 
 // Each prints its table on stdout (progress on stderr) and returns the exit code.
-int bench_trainer(BenchOptions o);  // what = reference or pipelined
+int bench_trainer(BenchOptions o);  // what = reference, step or pipelined
 int bench_kda(const BenchOptions& o);
 int bench_compare(const BenchOptions& o);
 int bench_gemm(const BenchOptions& o);

@@ -8,6 +8,7 @@
 #include "kernels/ledger.h"
 #include "kernels/mla.h"
 #include "kernels/moe.h"
+#include "kernels/op_family.h"
 #include "kernels/ops.h"
 #include "kernels/precision.h"
 
@@ -41,6 +42,7 @@ namespace {
 at::Tensor run_mixer(const ModelConfig& c, const ModelOptions& o, int l, const NamedTensors& w,
                      const at::Tensor& x) {
   const std::string p = "layers." + std::to_string(l) + ".";
+  FamilyScope family(c.mixer(l) == MixerKind::MLA ? OpFamily::Mla : OpFamily::Kda);
   if (c.mixer(l) == MixerKind::MLA) {
     auto W = [&](const char* name) { return w.at(p + "attention." + name); };
     MlaWeights mw{W("wq_a.weight"), W("q_norm.weight"), W("wq_b.weight"), W("wkv_a.weight"),
@@ -54,6 +56,7 @@ at::Tensor run_mixer(const ModelConfig& c, const ModelOptions& o, int l, const N
 at::Tensor run_ffn(const ModelConfig& c, int l, const NamedTensors& w,
                    const NamedTensors& buffers, const at::Tensor& x, bool training) {
   const std::string p = "layers." + std::to_string(l) + ".";
+  FamilyScope family(OpFamily::MoeFfn);
   if (c.ffn(l) == FfnKind::Dense)
     return glu_ffn(x, w.at(p + "feed_forward.w13.weight"), w.at(p + "feed_forward.w2.weight"),
                    c.situ_beta, c.situ_linear_beta);
@@ -75,7 +78,14 @@ at::Tensor run_ffn(const ModelConfig& c, int l, const NamedTensors& w,
 // An AttnRes read: the pseudo-query is the [1, D] projection weight's one row.
 at::Tensor read(const ModelConfig& c, const ModelOptions& o, const at::Tensor& stack,
                 const at::Tensor& partial, const at::Tensor& proj_1D, const at::Tensor& norm_D) {
+  FamilyScope family(OpFamily::AttnRes);
   return attn_res(stack, partial, proj_1D.select(0, 0), norm_D, c.norm_eps, o.attn_res);
+}
+
+// A block norm (attention_norm, ffn_norm, the final norm).
+at::Tensor block_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
+  FamilyScope family(OpFamily::Norms);
+  return rms_norm(x, w, eps);
 }
 
 }  // namespace
@@ -94,12 +104,12 @@ LayerState Model::layer(int l, const NamedTensors& w, const NamedTensors& buffer
              w.at(p + "attention_res_proj.weight"), w.at(p + "attention_res_norm.weight"));
   if (opens)
     stack = at::cat({stack, ledger_commit(prefix, l / cfg_.layers_per_block, l).unsqueeze(2)}, 2);
-  auto h = run_mixer(cfg_, opts_, l, w, rms_norm(x, w.at(p + "attention_norm.weight"),
-                                                 cfg_.norm_eps));
+  auto h = run_mixer(cfg_, opts_, l, w, block_norm(x, w.at(p + "attention_norm.weight"),
+                                             cfg_.norm_eps));
   prefix = opens ? h : prefix + h;
   h = read(cfg_, opts_, ledger_read(stack, p + "ffn", l), prefix, w.at(p + "ffn_res_proj.weight"),
            w.at(p + "ffn_res_norm.weight"));
-  h = run_ffn(cfg_, l, w, buffers, rms_norm(h, w.at(p + "ffn_norm.weight"), cfg_.norm_eps),
+  h = run_ffn(cfg_, l, w, buffers, block_norm(h, w.at(p + "ffn_norm.weight"), cfg_.norm_eps),
               training);
   return {prefix + h, stack};
 }
@@ -107,7 +117,7 @@ LayerState Model::layer(int l, const NamedTensors& w, const NamedTensors& buffer
 at::Tensor Model::head_hidden(const NamedTensors& w, const LayerState& in) const {
   auto h = read(cfg_, opts_, ledger_read(in.stack_BTND, "head", cfg_.n_layers), in.x_BTD,
                 w.at("output_res_proj.weight"), w.at("output_res_norm.weight"));
-  return rms_norm(h, w.at("norm.weight"), cfg_.norm_eps);
+  return block_norm(h, w.at("norm.weight"), cfg_.norm_eps);
 }
 
 at::Tensor Model::head_logits(const NamedTensors& w, const LayerState& in) const {
@@ -116,6 +126,7 @@ at::Tensor Model::head_logits(const NamedTensors& w, const LayerState& in) const
 
 HeadLoss Model::head_loss(const NamedTensors& w, const LayerState& in, const at::Tensor& labels,
                           double n_global, bool training) const {
+  FamilyScope family(OpFamily::HeadLoss);
   HeadLoss out;
   if (cfg_.kind == ModelKind::Exact) {
     auto l = exact_head_loss_sum(in, w.at("output.weight"), labels, cfg_.n_layers) / n_global;

@@ -242,6 +242,9 @@ const std::vector<Case>& cases() {
       {"BenchMeasuredZero", "bench --measured-steps 0", "--measured-steps: 0 is out of range"},
       {"BenchWhatUnknown", "bench --what nope --flavor tiny", "unknown --what 'nope'"},
       {"BenchCompareWithoutDumps", "bench --what compare", "needs --a DUMP and --b DUMP"},
+      {"BenchBreakdownWithKda", "bench --what kda --breakdown", "--breakdown goes with --what step"},
+      {"BenchBreakdownMultiProcess", "bench --what pipelined --pp 2 --nproc 2 --breakdown --flavor tiny",
+       "--breakdown times one process"},
       {"BenchThreadsHuge", "bench --threads 100000", "--threads: 100000 is out of range"},
       // ---- init and model
       {"InitOutEmpty", "init --flavor tiny --out ''", "--out: the path is empty"},

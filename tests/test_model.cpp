@@ -12,6 +12,8 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -23,6 +25,7 @@
 #include "kernels/mla.h"
 #include "kernels/model.h"
 #include "kernels/moe.h"
+#include "kernels/op_family.h"
 #include "kernels/ops.h"
 #include "kernels/params.h"
 #include "kernels/threads.h"
@@ -323,6 +326,55 @@ TEST(ModelChunkedLoss, RefusesIndivisibleTokenCount) {
   } catch (const k::ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("--loss-chunks"), std::string::npos) << e.what();
   }
+}
+
+// ---------------------------------------------------------------------------------------
+// The op-family clock (kernels/op_family.h) behind `bench --breakdown`. Structural checks,
+// no speed figures: every family of the model is charged while a step runs under the clock;
+// the families never hold more than the wall time around them; a backward node is charged
+// to the family whose scope made it, and a family never entered holds exactly zero.
+TEST(OpFamilies, ChargeEveryPartOfTheModel) {
+  auto cfg = k::flavor("tiny");
+  auto w = tiny_params(cfg, at::kFloat);
+  auto b = k::init_buffers(cfg);
+  auto gen = at::detail::createCPUGenerator(48);
+  auto li = at::TensorOptions().dtype(at::kLong);
+  auto tokens = at::randint(cfg.vocab, {1, 16}, gen, li);
+  auto labels = at::randint(cfg.vocab, {1, 16}, gen, li);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::array<double, k::kOpFamilies> s{};
+  {
+    k::FamilyClock clock;
+    loss_and_grads(k::Model(cfg, {}), w, b, tokens, labels);
+    s = clock.seconds();
+  }
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double sum = 0;
+  for (double v : s) sum += v;
+  EXPECT_LE(sum, wall);
+  for (auto f : {k::OpFamily::Kda, k::OpFamily::Mla, k::OpFamily::MoeFfn, k::OpFamily::AttnRes,
+                 k::OpFamily::Norms, k::OpFamily::HeadLoss})
+    EXPECT_GT(s[static_cast<int>(f)], 0.0) << k::op_family_name(f);
+  EXPECT_EQ(s[static_cast<int>(k::OpFamily::Optimizer)], 0.0);  // no optimizer step ran
+}
+
+TEST(OpFamilies, BackwardNodesFollowTheirForwardScope) {
+  auto gen = at::detail::createCPUGenerator(49);
+  auto a = at::randn({300, 300}, gen).requires_grad_(true);
+  k::FamilyClock clock;
+  at::Tensor y;
+  {
+    k::FamilyScope scope(k::OpFamily::Mla);
+    y = at::mm(at::mm(a, a), a);
+  }
+  const auto before = clock.seconds();
+  y.sum().backward();  // outside every scope: the MmBackward nodes still belong to MLA
+  const auto after = clock.seconds();
+  const int mla = static_cast<int>(k::OpFamily::Mla), kda = static_cast<int>(k::OpFamily::Kda);
+  EXPECT_GT(after[mla], before[mla]);
+  EXPECT_EQ(after[kda], 0.0);
+  EXPECT_THROW(k::FamilyClock second, std::logic_error);  // one clock at a time
 }
 
 }  // namespace

@@ -8,11 +8,11 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
-#include <cmath>
-#include <functional>
-#include <cstdio>
 #include <vector>
 
 #include "compare/dump_compare.h"
@@ -91,12 +91,10 @@ Families step_gflops(const kernels::ModelConfig& c, int64_t tokens, int64_t seq_
       flops *= double(c.top_k) / double(c.n_experts);
     add(f, flops);
   }
-  int reads = 0, entries = 0;  // AttnRes: the reads of each layer and the head
+  int entries = 0;  // AttnRes: the reads of each layer (one in layer 0) and the head's one
   for (int l = 0; l <= c.n_layers; ++l) {
     const int stack = std::min(l / c.layers_per_block + 1, c.n_blocks());
-    const int r = l == c.n_layers ? 1 : (l == 0 ? 1 : 2);
-    reads += r;
-    entries += r * (stack + 1);
+    entries += (l == c.n_layers || l == 0 ? 1 : 2) * (stack + 1);
   }
   add(kernels::OpFamily::AttnRes, 4.0 * c.dim * entries);
   for (int l = 0; l < c.n_layers; ++l) {
@@ -109,24 +107,27 @@ Families step_gflops(const kernels::ModelConfig& c, int64_t tokens, int64_t seq_
   Families step{};
   for (int f = 0; f < kernels::kOpFamilies; ++f) step[f] = 3.0 * fwd[f] / 1e9;
   step[static_cast<int>(kernels::OpFamily::Optimizer)] = 12.0 * n_params / 1e9;
-  (void)reads;
   return step;
 }
 
-// The GEMM rate at::mm reaches here, now: n x n products in dtype dt, the median of 5.
-double gemm_gflops(at::ScalarType dt, int64_t n) {
-  auto gen = at::detail::createCPUGenerator(7);
-  auto a = at::empty({n, n}).normal_(0, 1, gen).to(dt);
-  auto b = at::empty({n, n}).normal_(0, 1, gen).to(dt);
+// Seconds per call of f: the median of `measured` calls after `warmup` unmeasured ones.
+double median_seconds(int warmup, int measured, const std::function<void()>& f) {
   std::vector<double> t;
-  for (int i = 0; i < 7; ++i) {
+  for (int i = 0; i < warmup + measured; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    auto c = at::mm(a, b);
-    if (i >= 2)
+    f();
+    if (i >= warmup)
       t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
-  std::sort(t.begin(), t.end());
-  return 2.0 * double(n) * n * n / t[t.size() / 2] / 1e9;
+  return median(t);
+}
+
+// The GEMM rate at::mm reaches here, now: GFLOP/s of n x n normal products in dtype dt.
+double gemm_gflops(at::ScalarType dt, int64_t n, int warmup, int measured, at::Generator& gen) {
+  auto a = at::empty({n, n}).normal_(0, 1, gen).to(dt);
+  auto b = at::empty({n, n}).normal_(0, 1, gen).to(dt);
+  const double s = median_seconds(warmup, measured, [&] { at::mm(a, b); });
+  return 2.0 * double(n) * n * n / s / 1e9;
 }
 
 void print_breakdown(const BenchOptions& o, const StepTimes& times) {
@@ -143,8 +144,10 @@ void print_breakdown(const BenchOptions& o, const StepTimes& times) {
   double total_gflop = 0;
   for (double v : gflops) total_gflop += v;
   const auto dt = kernels::compute_dtype(kernels::parse_precision(o.run.dtype));
-  const double peak32 = gemm_gflops(at::kFloat, 1024), peak256 = gemm_gflops(dt, 256),
-               peak_dt = dt == at::kFloat ? peak32 : gemm_gflops(dt, 1024);
+  auto gen = at::detail::createCPUGenerator(o.run.seed);
+  const double peak32 = gemm_gflops(at::kFloat, 1024, 2, 5, gen),
+               peak256 = gemm_gflops(dt, 256, 2, 5, gen),
+               peak_dt = dt == at::kFloat ? peak32 : gemm_gflops(dt, 1024, 2, 5, gen);
   std::printf("\nbreakdown: the mean of %zu measured steps, by op family (forward, and the "
               "backward nodes each one's forward made)\n", n);
   std::printf("%-12s %10s %7s %12s %10s\n", "family", "ms/step", "share", "GFLOP/step",
@@ -278,13 +281,7 @@ int bench_kda(const BenchOptions& o) {
                                -5.0 * at::rand({B, H, T, K}, gen), at::rand({B, H, T}, gen)};
   for (auto& c : core) c = c.to(acc).requires_grad_(true);
   auto timed = [&](const std::function<void()>& f) {
-    std::vector<double> t;
-    for (int i = 0; i < o.warmup_steps + o.measured_steps; ++i) {
-      const auto t0 = std::chrono::steady_clock::now();
-      f();
-      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
-    return median(std::vector<double>(t.begin() + o.warmup_steps, t.end())) * 1e3;
+    return median_seconds(o.warmup_steps, o.measured_steps, f) * 1e3;
   };
   std::printf("%-12s %-6s %-10s %6s %14s %14s\n", "flavor", "dtype", "kda", "T",
               "layer ms", "core ms");
@@ -293,12 +290,9 @@ int bench_kda(const BenchOptions& o) {
     const auto d = kernels::kda_dims(cfg, impl);
     const double layer = timed([&] { kernels::kda(x, w, d).sum().backward(); });
     const double core_ms = timed([&] {
-      at::Tensor out = impl == kernels::KdaImpl::Fused
-                           ? kernels::kda_fused(core[0], core[1], core[2], core[3], core[4], d.chunk)
-                       : impl == kernels::KdaImpl::Chunked
-                           ? kernels::kda_chunked(core[0], core[1], core[2], core[3], core[4], d.chunk)
-                           : kernels::kda_recurrent(core[0], core[1], core[2], core[3], core[4]);
-      out.sum().backward();
+      kernels::kda_form(impl, core[0], core[1], core[2], core[3], core[4], d.chunk)
+          .sum()
+          .backward();
     });
     std::printf("%-12s %-6s %-10s %6lld %14.2f %14.2f\n", cfg.name.c_str(), o.run.dtype.c_str(),
                 kernels::kda_impl_name(impl), static_cast<long long>(T), layer, core_ms);
@@ -315,17 +309,9 @@ int bench_gemm(const BenchOptions& o) {
   auto gen = at::detail::createCPUGenerator(o.run.seed);
   std::printf("%-6s %8s %6s %12s %10s\n", "dtype", "threads", "n", "ms/product", "GFLOP/s");
   for (int64_t n : {256, 512, 1024, 2048}) {
-    auto a = at::empty({n, n}).normal_(0, 1, gen).to(dt);
-    auto b = at::empty({n, n}).normal_(0, 1, gen).to(dt);
-    std::vector<double> t;
-    for (int i = 0; i < o.warmup_steps + o.measured_steps; ++i) {
-      const auto t0 = std::chrono::steady_clock::now();
-      auto c = at::mm(a, b);
-      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
-    const double s = median(std::vector<double>(t.begin() + o.warmup_steps, t.end()));
+    const double gflops = gemm_gflops(dt, n, o.warmup_steps, o.measured_steps, gen);
     std::printf("%-6s %8d %6lld %12.3f %10.2f\n", o.run.dtype.c_str(), o.run.threads,
-                static_cast<long long>(n), s * 1e3, 2.0 * double(n) * n * n / s / 1e9);
+                static_cast<long long>(n), 2.0 * double(n) * n * n / gflops / 1e6, gflops);
     std::fflush(stdout);
   }
   return 0;

@@ -91,6 +91,12 @@ at::Tensor kda_chunked(const at::Tensor& q_in, const at::Tensor& k_in, const at:
 
 namespace {
 
+// (row, head) bh's slice of a contiguous [B, H, ...] tensor.
+template <class E>
+E* row_head(const at::Tensor& t, int64_t bh) {
+  return t.data_ptr<E>() + bh * (t.numel() / (t.size(0) * t.size(1)));
+}
+
 // The fused core as an autograd Function: forward saves the key-side inputs, the chunk
 // entering states and r; backward runs kda_core::backward on them.
 struct KdaFusedFunction : torch::autograd::Function<KdaFusedFunction> {
@@ -109,15 +115,11 @@ struct KdaFusedFunction : torch::autograd::Function<KdaFusedFunction> {
     auto r = at::empty({B, H, T, Vp}, v.options());
     AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "kda_fused_forward", [&] {
       at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
-        for (int64_t bh = begin; bh < end; ++bh)
-          kda_core::forward(s, q.data_ptr<scalar_t>() + bh * T * K,
-                             k.data_ptr<scalar_t>() + bh * T * K,
-                             v.data_ptr<scalar_t>() + bh * T * V,
-                             g.data_ptr<scalar_t>() + bh * T * K,
-                             beta.data_ptr<scalar_t>() + bh * T,
-                             o.data_ptr<scalar_t>() + bh * T * V,
-                             states.data_ptr<scalar_t>() + bh * n_state,
-                             r.data_ptr<scalar_t>() + bh * T * Vp);
+        for (int64_t bh = begin; bh < end; ++bh) {
+          const auto slice = [bh](const at::Tensor& t) { return row_head<scalar_t>(t, bh); };
+          kda_core::forward(s, slice(q), slice(k), slice(v), slice(g), slice(beta), slice(o),
+                            slice(states), slice(r));
+        }
       });
     });
     ctx->save_for_backward({q, k, g, beta, states, r});
@@ -132,27 +134,19 @@ struct KdaFusedFunction : torch::autograd::Function<KdaFusedFunction> {
     const auto &q = saved[0], &k = saved[1], &g = saved[2], &beta = saved[3],
                &states = saved[4], &r = saved[5];
     const int64_t B = q.size(0), H = q.size(1), T = q.size(2), K = q.size(3);
-    const int64_t V = ctx->saved_data["V"].toInt(), n_state = states.size(2),
-                  Vp = r.size(3);
+    const int64_t V = ctx->saved_data["V"].toInt();
     const kda_core::Shape s{T, K, V, ctx->saved_data["chunk"].toInt()};
     auto dout = grads[0].contiguous();
     auto dq = at::empty_like(q), dk = at::empty_like(k), dg = at::empty_like(g),
          dbeta = at::empty_like(beta), dv = at::empty({B, H, T, V}, q.options());
     AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "kda_fused_backward", [&] {
       at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
-        for (int64_t bh = begin; bh < end; ++bh)
-          kda_core::backward(s, q.data_ptr<scalar_t>() + bh * T * K,
-                              k.data_ptr<scalar_t>() + bh * T * K,
-                              g.data_ptr<scalar_t>() + bh * T * K,
-                              beta.data_ptr<scalar_t>() + bh * T,
-                              states.data_ptr<scalar_t>() + bh * n_state,
-                              r.data_ptr<scalar_t>() + bh * T * Vp,
-                              dout.data_ptr<scalar_t>() + bh * T * V,
-                              dq.data_ptr<scalar_t>() + bh * T * K,
-                              dk.data_ptr<scalar_t>() + bh * T * K,
-                              dv.data_ptr<scalar_t>() + bh * T * V,
-                              dg.data_ptr<scalar_t>() + bh * T * K,
-                              dbeta.data_ptr<scalar_t>() + bh * T);
+        for (int64_t bh = begin; bh < end; ++bh) {
+          const auto slice = [bh](const at::Tensor& t) { return row_head<scalar_t>(t, bh); };
+          kda_core::backward(s, slice(q), slice(k), slice(g), slice(beta), slice(states),
+                             slice(r), slice(dout), slice(dq), slice(dk), slice(dv), slice(dg),
+                             slice(dbeta));
+        }
       });
     });
     return {dq, dk, dv, dg, dbeta, at::Tensor()};
@@ -175,6 +169,13 @@ at::Tensor kda_fused(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   TORCH_CHECK(chunk > 0, "kda_fused: chunk must be positive");
   TORCH_CHECK(q.is_cpu(), "kda_fused is a CPU kernel; on CUDA use kda_chunked");
   return KdaFusedFunction::apply(q, k, v, g, beta, chunk);
+}
+
+at::Tensor kda_form(KdaImpl impl, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                    const at::Tensor& g, const at::Tensor& beta, int64_t chunk) {
+  if (impl == KdaImpl::Fused && q.is_cpu()) return kda_fused(q, k, v, g, beta, chunk);
+  if (impl == KdaImpl::Recurrent) return kda_recurrent(q, k, v, g, beta);
+  return kda_chunked(q, k, v, g, beta, chunk);
 }
 
 const char* kda_impl_name(KdaImpl impl) {
@@ -223,11 +224,7 @@ at::Tensor kda(const at::Tensor& x, const KdaWeights& w, const KdaDims& d) {
   auto rate = w.A_log.to(acc).exp().repeat_interleave(K);                       // [H*K]
   auto g = heads(d.gate_bound * at::sigmoid(rate * raw));
 
-  // The fused kernel is CPU code: on CUDA the fused form runs as the chunked one.
-  const bool fused = d.impl == KdaImpl::Fused && x.is_cpu();
-  auto o = fused                         ? kda_fused(q, k, v, g, beta, d.chunk)
-           : d.impl == KdaImpl::Recurrent ? kda_recurrent(q, k, v, g, beta)
-                                          : kda_chunked(q, k, v, g, beta, d.chunk);  // [B,H,T,K]
+  auto o = kda_form(d.impl, q, k, v, g, beta, d.chunk);                          // [B,H,T,K]
   o = o.to(stream).transpose(1, 2);                                              // [B,T,H,K]
   auto gate = project(x, w.output_gate).view({B, T, H, K});
   o = rms_norm_gated(o, gate, w.output_norm, d.output_eps).reshape({B, T, H * K});

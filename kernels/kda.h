@@ -43,6 +43,10 @@ at::Tensor kda_fused(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 
 enum class KdaImpl { Recurrent, Chunked, Fused };
 
+// The core in the given form (on CUDA the fused form runs as the chunked one).
+at::Tensor kda_form(KdaImpl impl, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                    const at::Tensor& g, const at::Tensor& beta, int64_t chunk);
+
 // "fused", "chunked", "recurrent"; parse_kda_impl throws std::invalid_argument for others.
 const char* kda_impl_name(KdaImpl impl);
 KdaImpl parse_kda_impl(const std::string& name);

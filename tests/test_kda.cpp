@@ -187,12 +187,7 @@ TEST(KdaRecurrent, MatchesScalarLoopFp64) {
 // Finite differences of the core forms (fp64).
 
 at::Tensor core_form(k::KdaImpl impl, const std::vector<at::Tensor>& x, int64_t C) {
-  switch (impl) {
-    case k::KdaImpl::Chunked: return k::kda_chunked(x[0], x[1], x[2], x[3], x[4], C);
-    case k::KdaImpl::Fused: return k::kda_fused(x[0], x[1], x[2], x[3], x[4], C);
-    case k::KdaImpl::Recurrent: break;
-  }
-  return k::kda_recurrent(x[0], x[1], x[2], x[3], x[4]);
+  return k::kda_form(impl, x[0], x[1], x[2], x[3], x[4], C);
 }
 
 std::string form_name(k::KdaImpl impl) {

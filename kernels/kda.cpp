@@ -7,9 +7,11 @@
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/kda_fused.h"
+#include "kernels/kda_prep.h"
 #include "kernels/ops.h"
 #include "kernels/precision.h"
 
@@ -204,6 +206,138 @@ at::Tensor causal_depthwise_conv(const at::Tensor& x, const at::Tensor& w) {
   return y;
 }
 
+namespace {
+
+// The element pointer kda_prep takes: fp32, fp64, or bf16 as its 16 bits.
+template <class S>
+S* elems(const at::Tensor& t) {
+  if constexpr (std::is_same_v<S, uint16_t>)
+    return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>());
+  else
+    return t.data_ptr<S>();
+}
+template <class S>
+using PrepAcc = std::conditional_t<std::is_same_v<S, uint16_t>, float, S>;
+
+// Calls f with a value of the kda_prep element type of t's dtype.
+template <class F>
+void on_prep_type(at::ScalarType t, F&& f) {
+  switch (t) {
+    case at::kFloat: return f(float{});
+    case at::kDouble: return f(double{});
+    case at::kBFloat16: return f(uint16_t{});
+    default: TORCH_CHECK(false, "the fused KDA prologue runs in fp32, fp64 or bf16, not ", t);
+  }
+}
+
+// kda_prep's causal depthwise conv as an autograd Function: x [B,T,C], taps [C,J].
+struct ConvFunction : torch::autograd::Function<ConvFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x_in,
+                            const at::Tensor& w_in) {
+    auto x = x_in.contiguous(), w = w_in.contiguous();
+    const kda_prep::ConvShape s{x.size(0), x.size(1), x.size(2), w.size(1)};
+    auto y = at::empty_like(x);
+    on_prep_type(x.scalar_type(), [&](auto tag) {
+      using S = decltype(tag);
+      at::parallel_for(0, s.C, 64, [&](int64_t c0, int64_t c1) {
+        kda_prep::conv_forward(s, elems<S>(x), elems<S>(w), elems<S>(y), c0, c1);
+      });
+    });
+    ctx->save_for_backward({x, w});
+    return y;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &x = saved[0], &w = saved[1];
+    const kda_prep::ConvShape s{x.size(0), x.size(1), x.size(2), w.size(1)};
+    auto dy = grads[0].to(x.scalar_type()).contiguous();
+    auto dx = at::empty_like(x), dw = at::empty_like(w);
+    on_prep_type(x.scalar_type(), [&](auto tag) {
+      using S = decltype(tag);
+      at::parallel_for(0, s.C, 64, [&](int64_t c0, int64_t c1) {
+        kda_prep::conv_backward(s, elems<S>(x), elems<S>(w), elems<S>(dy), elems<S>(dx),
+                                elems<S>(dw), c0, c1);
+      });
+    });
+    return {dx, dw};
+  }
+};
+
+// kda_prep's heads step as an autograd Function: a [B,T,H*K] -> [B,H,T,K] in acc.
+struct HeadsFunction : torch::autograd::Function<HeadsFunction> {
+  static kda_prep::HeadsShape shape(const at::Tensor& a, int64_t H, bool l2, double eps,
+                                    double scale) {
+    return {a.size(0), a.size(1), H, a.size(2) / H, l2, eps, scale};
+  }
+
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& a_in,
+                            int64_t H, bool l2, double eps, double scale) {
+    auto a = a_in.contiguous();
+    const auto s = shape(a, H, l2, eps, scale);
+    const auto acc = a.options().dtype(accum_dtype(a.scalar_type()));
+    auto out = at::empty({s.B, H, s.T, s.K}, acc);
+    auto inv = at::empty({l2 ? s.B * H * s.T : 0}, acc);
+    on_prep_type(a.scalar_type(), [&](auto tag) {
+      using S = decltype(tag);
+      using A = PrepAcc<S>;
+      at::parallel_for(0, s.B * H, 1, [&](int64_t bh0, int64_t bh1) {
+        kda_prep::heads_forward(s, elems<S>(a), out.data_ptr<A>(), inv.data_ptr<A>(), bh0, bh1);
+      });
+    });
+    ctx->save_for_backward({a, inv});
+    ctx->saved_data["H"] = H;
+    ctx->saved_data["l2"] = l2;
+    ctx->saved_data["eps"] = eps;
+    ctx->saved_data["scale"] = scale;
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &a = saved[0], &inv = saved[1];
+    const int64_t H = ctx->saved_data["H"].toInt();
+    const auto s = shape(a, H, ctx->saved_data["l2"].toBool(),
+                         ctx->saved_data["eps"].toDouble(), ctx->saved_data["scale"].toDouble());
+    auto dout = grads[0].to(inv.scalar_type()).contiguous();
+    auto da = at::empty_like(a);
+    on_prep_type(a.scalar_type(), [&](auto tag) {
+      using S = decltype(tag);
+      using A = PrepAcc<S>;
+      at::parallel_for(0, s.B * H, 1, [&](int64_t bh0, int64_t bh1) {
+        kda_prep::heads_backward(s, elems<S>(a), inv.data_ptr<A>(), dout.data_ptr<A>(),
+                                 elems<S>(da), bh0, bh1);
+      });
+    });
+    return {da, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+bool prep_dtype(at::ScalarType t) {
+  return t == at::kFloat || t == at::kDouble || t == at::kBFloat16;
+}
+
+}  // namespace
+
+at::Tensor causal_conv_fused(const at::Tensor& x, const at::Tensor& w) {
+  TORCH_CHECK(x.is_cpu() && w.is_cpu(), "causal_conv_fused is a CPU kernel");
+  TORCH_CHECK(x.dim() == 3 && w.dim() == 2 && w.size(0) == x.size(2),
+              "causal_conv_fused: x [B,T,C], taps [C,J]");
+  TORCH_CHECK(prep_dtype(x.scalar_type()) && w.scalar_type() == x.scalar_type(),
+              "causal_conv_fused: x and the taps share one dtype, fp32, fp64 or bf16");
+  return ConvFunction::apply(x, w);
+}
+
+at::Tensor heads_fused(const at::Tensor& a, int64_t n_heads, bool l2, double eps, double scale) {
+  TORCH_CHECK(a.is_cpu(), "heads_fused is a CPU kernel");
+  TORCH_CHECK(a.dim() == 3 && n_heads > 0 && a.size(2) % n_heads == 0,
+              "heads_fused: a [B,T,H*K] with H dividing the last dimension");
+  TORCH_CHECK(prep_dtype(a.scalar_type()), "heads_fused runs in fp32, fp64 or bf16");
+  return HeadsFunction::apply(a, n_heads, l2, eps, scale);
+}
+
 at::Tensor kda(const at::Tensor& x, const KdaWeights& w, const KdaDims& d) {
   const int64_t B = x.size(0), T = x.size(1), H = d.n_heads, K = d.head_dim;
   const auto stream = x.scalar_type();
@@ -211,13 +345,24 @@ at::Tensor kda(const at::Tensor& x, const KdaWeights& w, const KdaDims& d) {
   auto heads = [&](const at::Tensor& t) {  // [B,T,H*K] -> [B,H,T,K]
     return t.view({B, T, H, K}).transpose(1, 2);
   };
-  auto conv = [&](const at::Tensor& proj, const at::Tensor& taps) {
-    return heads(at::silu(causal_depthwise_conv(project(x, proj), taps.select(1, 0))));
-  };
-  auto q = l2_normalize(conv(w.q_proj, w.q_conv), d.l2norm_eps).to(acc) *
-           (1.0 / std::sqrt(static_cast<double>(K)));
-  auto k = l2_normalize(conv(w.k_proj, w.k_conv), d.l2norm_eps).to(acc);
-  auto v = conv(w.v_proj, w.v_conv).to(acc);
+  const double q_scale = 1.0 / std::sqrt(static_cast<double>(K));
+  at::Tensor q, k, v;
+  const bool fused = d.impl == KdaImpl::Fused && x.is_cpu() && prep_dtype(stream);
+  if (fused) {  // the same composition, in kda_prep's loops
+    auto conv = [&](const at::Tensor& proj, const at::Tensor& taps) {
+      return at::silu(causal_conv_fused(project(x, proj), taps.select(1, 0).to(stream)));
+    };
+    q = heads_fused(conv(w.q_proj, w.q_conv), H, true, d.l2norm_eps, q_scale);
+    k = heads_fused(conv(w.k_proj, w.k_conv), H, true, d.l2norm_eps, 1.0);
+    v = heads_fused(conv(w.v_proj, w.v_conv), H, false, 0.0, 1.0);
+  } else {
+    auto conv = [&](const at::Tensor& proj, const at::Tensor& taps) {
+      return heads(at::silu(causal_depthwise_conv(project(x, proj), taps.select(1, 0))));
+    };
+    q = l2_normalize(conv(w.q_proj, w.q_conv), d.l2norm_eps).to(acc) * q_scale;
+    k = l2_normalize(conv(w.k_proj, w.k_conv), d.l2norm_eps).to(acc);
+    v = conv(w.v_proj, w.v_conv).to(acc);
+  }
   auto beta = at::sigmoid(project(x, w.beta).to(acc)).transpose(1, 2);          // [B,H,T]
   auto raw = project(project(x, w.forget_a), w.forget_b).to(acc) +
              w.dt_bias.to(acc).reshape({H * K});                                 // [B,T,H*K]

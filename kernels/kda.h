@@ -72,6 +72,15 @@ struct KdaWeights {
   at::Tensor output_gate, output_proj;    // [H*K, D], [D, H*K]
 };
 
+// The prologue of `--kda fused` on CPU (kernels/kda_prep.h), each an autograd Function with
+// a hand-written backward; fp32, fp64 or bf16, sums in fp32 (fp64 for fp64) in a fixed order.
+// causal_conv_fused: causal_depthwise_conv with one rounding per output (bit for bit the same
+// in fp32 and fp64). heads_fused: a_BTC [B,T,H*K] -> [B,H,T,K] contiguous in acc; with l2,
+// each head's vector a / sqrt(|a|^2 + eps) is rounded to a's dtype, then times scale.
+at::Tensor causal_conv_fused(const at::Tensor& x_BTC, const at::Tensor& w_CJ);
+at::Tensor heads_fused(const at::Tensor& a_BTC, int64_t n_heads, bool l2, double eps,
+                       double scale);
+
 // Causal depthwise convolution with taps w_CJ: y_t = sum_j w_j x_{t-J+1+j} (zero history).
 // x_BTC -> y_BTC. Written as J shifted multiply-adds in tap order (a fixed reduction order).
 at::Tensor causal_depthwise_conv(const at::Tensor& x_BTC, const at::Tensor& w_CJ);
@@ -81,7 +90,9 @@ at::Tensor causal_depthwise_conv(const at::Tensor& x_BTC, const at::Tensor& w_CJ
 // head in acc and cast back (the kernel's l2norm); beta = sigmoid(beta(x)) and
 // g = bound * sigmoid(exp(A_log) (forget_b(forget_a(x)) + dt_bias)) in acc; the core in acc
 // with q scaled by K^-0.5, its output cast to the stream dtype; KimiRMSNormGated with
-// output_gate(x); output_proj. x_BTD -> y_BTD.
+// output_gate(x); output_proj. x_BTD -> y_BTD. With `--kda fused` on CPU the conv and the
+// q, k, v head step run as causal_conv_fused and heads_fused (in bf16 the conv then rounds
+// once, as torchtitan's fp32-accumulating conv does, instead of after every tap).
 at::Tensor kda(const at::Tensor& x_BTD, const KdaWeights& w, const KdaDims& d);
 
 }  // namespace parity::kernels

@@ -1,5 +1,7 @@
 // Tests for Kimi Delta Attention (kernels/kda.h).
 //
+//   * The fused prologue (causal_conv_fused, heads_fused): tap order bitwise, gradients
+//     against autograd through the readable steps (fp64), thread-count free bitwise.
 //   * causal_depthwise_conv equals a hand-written loop in tap order, bitwise (fp32, bf16,
 //     fp64): the header promises that fixed reduction order.
 //   * kda_recurrent equals a scalar loop of the DESIGN recurrence (fp64, tolerance).
@@ -601,5 +603,135 @@ TEST(KdaMixer, FusedMatchesRecurrentFp64) {
   EXPECT_LE(e, 1e-10);
   std::cout << "[ observed ] mixer fp64 fused vs recurrent: " << e << " (bound 1e-10)\n";
 }
+
+// ---------------------------------------------------------------------------------------
+// The fused prologue (causal_conv_fused, heads_fused), which kda() runs with --kda fused.
+
+// A function of tensors with its gradients: the output and d sum(out * R) / d input_i.
+std::vector<at::Tensor> value_and_grads(const std::function<at::Tensor(std::vector<at::Tensor>&)>& f,
+                                        const std::vector<at::Tensor>& inputs,
+                                        const at::Tensor& R) {
+  std::vector<at::Tensor> leaves;
+  for (const auto& t : inputs) leaves.push_back(t.detach().clone().requires_grad_(true));
+  auto out = f(leaves);
+  (out.to(at::kDouble) * R).sum().backward();
+  std::vector<at::Tensor> r{out.detach()};
+  for (const auto& t : leaves) r.push_back(t.grad());
+  return r;
+}
+
+// Bitwise: in fp32 and fp64 the fused conv is causal_depthwise_conv (the same products and
+// sums in tap order); in bf16 it is the fp32 tap-order loop rounded once.
+class KdaPrepConvBitwise : public ::testing::TestWithParam<at::ScalarType> {};
+
+TEST_P(KdaPrepConvBitwise, MatchesTapOrder) {
+  const auto dt = GetParam();
+  auto gen = at::detail::createCPUGenerator(400);
+  auto x = at::randn({2, 9, 70}, gen, f64()).to(dt);  // 70 channels: a tile and a tail
+  auto w = at::randn({70, 4}, gen, f64()).to(dt);
+  auto y = k::causal_conv_fused(x, w);
+  ASSERT_EQ(y.scalar_type(), dt);
+  at::Tensor ref = dt == at::kBFloat16
+                       ? conv_loop<float>(x.to(at::kFloat), w.to(at::kFloat)).to(dt)
+                       : k::causal_depthwise_conv(x, w);
+  const int64_t wrong = y.ne(ref).sum().item<int64_t>();
+  EXPECT_EQ(wrong, 0) << "#wrong " << wrong << " of " << y.numel();
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, KdaPrepConvBitwise,
+                         ::testing::Values(at::kFloat, at::kBFloat16, at::kDouble),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// The conv's hand-written gradients against autograd through causal_depthwise_conv (fp64).
+// Bound, element by element: dx is a sum of at most J products and dw of at most B T, in
+// different orders in the two evaluations, so they differ by at most 2 gamma_n times the
+// same sums of absolute values (n = B T, the longer), which the readable conv computes from
+// |x|, |w| and |R|.
+TEST(KdaPrep, ConvGradientsMatchAutogradFp64) {
+  const int64_t B = 2, T = 11, C = 6, J = 4;
+  auto gen = at::detail::createCPUGenerator(401);
+  auto x = at::randn({B, T, C}, gen, f64()), w = at::randn({C, J}, gen, f64());
+  auto R = at::randn({B, T, C}, gen, f64());
+  auto fused = value_and_grads([](auto& a) { return k::causal_conv_fused(a[0], a[1]); },
+                               {x, w}, R);
+  auto readable = value_and_grads(
+      [](auto& a) { return k::causal_depthwise_conv(a[0], a[1]); }, {x, w}, R);
+  auto sizes = value_and_grads(
+      [](auto& a) { return k::causal_depthwise_conv(a[0], a[1]); }, {x.abs(), w.abs()},
+      R.abs());
+  const double g = 2 * gamma(double(B * T), kU64);
+  for (int i = 1; i <= 2; ++i) {
+    auto excess = ((fused[i] - readable[i]).abs() - g * sizes[i]).max().item<double>();
+    EXPECT_LE(excess, 0.0) << (i == 1 ? "dx" : "dw");
+  }
+  EXPECT_TRUE(fused[0].equal(readable[0]));
+}
+
+// heads_fused against the readable steps (l2_normalize, cast, scale, heads layout), fp64.
+// Bound, per (row, token, head), first order in u: the two evaluations sum the K squares in
+// different orders (each within gamma_K of the exact sum), so 1/sqrt differs by at most
+// (K + 4) u relative and n = a inv by (K + 6) u: forward |diff| <= 2 (K + 6) u max|n|. The
+// gradient da = inv dn - a inv^3 <a, dn> has both terms at most inv sum|dn| in size
+// (|a_k| inv <= 1), each evaluated within (K + 6) u of exact, so the two differ by at most
+// 4 (K + 6) u inv sum_k |dn_k|, dn = scale R.
+TEST(KdaPrep, HeadsMatchReadableFp64) {
+  const int64_t B = 2, T = 7, H = 3, K = 8;
+  const double eps = 1e-6, scale = 0.3;
+  auto gen = at::detail::createCPUGenerator(402);
+  auto a = at::randn({B, T, H * K}, gen, f64());
+  auto R = at::randn({B, H, T, K}, gen, f64());
+  for (bool l2 : {true, false}) {
+    const double sc = l2 ? scale : 1.0;
+    auto fused = value_and_grads(
+        [&](auto& in) { return k::heads_fused(in[0], H, l2, eps, sc); }, {a}, R);
+    auto readable = value_and_grads(
+        [&](auto& in) {
+          auto h = in[0].view({B, T, H, K});
+          if (l2) h = k::l2_normalize(h, eps) * sc;
+          return h.permute({0, 2, 1, 3});
+        },
+        {a}, R);
+    const double u = kU64, depth = double(K + 6);
+    auto nrm = fused[0].abs().max().item<double>();
+    EXPECT_LE((fused[0] - readable[0]).abs().max().item<double>(), 2 * depth * u * nrm)
+        << "forward, l2 " << l2;
+    auto inv = 1.0 / at::sqrt(a.view({B, T, H, K}).pow(2).sum(-1, true) + eps);  // [B,T,H,1]
+    auto dn_sum = (sc * R).abs().sum(-1, true).permute({0, 2, 1, 3});            // [B,T,H,1]
+    auto bound = 4 * depth * u * (l2 ? inv * dn_sum : dn_sum);
+    auto diff = (fused[1] - readable[1]).view({B, T, H, K}).abs();
+    EXPECT_LE((diff - bound).max().item<double>(), 0.0) << "gradient, l2 " << l2;
+  }
+}
+
+// Bitwise: the prologue's forward and gradients do not depend on the thread count (each
+// channel, and each (row, head), is one loop iteration on one thread), fp32 and bf16, at
+// debugmodel width so that the work splits.
+class KdaPrepBitwise : public ::testing::TestWithParam<at::ScalarType> {};
+
+TEST_P(KdaPrepBitwise, ThreadCountFree) {
+  const auto dt = GetParam();
+  const int64_t B = 2, T = 40, H = 4, K = 128;
+  auto gen = at::detail::createCPUGenerator(403);
+  auto x = at::randn({B, T, H * K}, gen, f64()).to(dt);
+  auto w = (0.5 * at::randn({H * K, 4}, gen, f64())).to(dt);
+  auto R = at::randn({B, H, T, K}, gen, f64());
+  auto run = [&] {
+    return value_and_grads(
+        [&](auto& in) {
+          return k::heads_fused(at::silu(k::causal_conv_fused(in[0], in[1])), H, true, 1e-6,
+                                0.125);
+        },
+        {x, w}, R);
+  };
+  auto one = run();
+  parity::kernels::pin_threads(2);
+  auto two = run();
+  parity::kernels::pin_threads(1);
+  for (size_t i = 0; i < one.size(); ++i)
+    EXPECT_TRUE(one[i].equal(two[i])) << "output/gradient " << i << " differs";
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, KdaPrepBitwise, ::testing::Values(at::kFloat, at::kBFloat16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 }  // namespace

@@ -1,0 +1,244 @@
+// The fused KDA prologue (kda_prep.h). Built with -ffp-contract=off (kernels/CMakeLists.txt):
+// every product and every sum rounds on its own, in every clone. The inner loops run along
+// channels, which are independent, so a vector clone computes each channel exactly as the
+// scalar one does.
+#include "kernels/kda_prep.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace parity::kernels::kda_prep {
+namespace {
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define PARITY_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define PARITY_CLONES
+#endif
+#define PARITY_INLINE inline __attribute__((always_inline))
+
+// bf16 travels as its 16 bits; its accumulation type is fp32.
+template <class S>
+struct AccOf {
+  using type = S;
+};
+template <>
+struct AccOf<uint16_t> {
+  using type = float;
+};
+template <class S>
+using Acc = typename AccOf<S>::type;
+
+template <class S>
+inline Acc<S> widen(S v) {
+  return v;
+}
+template <>
+inline float widen<uint16_t>(uint16_t v) {
+  const uint32_t bits = uint32_t(v) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+template <class S>
+inline S narrow(Acc<S> v) {
+  return v;
+}
+// fp32 -> bf16, to nearest, ties to even; a NaN stays a (quiet) NaN.
+template <>
+inline uint16_t narrow<uint16_t>(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  if (v != v) return uint16_t(0x7FC0);
+  return uint16_t((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+}
+
+// The rounding a value takes when stored in S and read back.
+template <class S>
+inline Acc<S> round_trip(Acc<S> v) {
+  return widen<S>(narrow<S>(v));
+}
+
+constexpr int64_t kTile = 64;  // channels per inner loop (a bound on stack arrays only)
+
+template <class S>
+PARITY_INLINE void conv_fwd(const ConvShape& s, const S* x, const S* w, S* y, int64_t c0,
+                            int64_t c1) {
+  using A = Acc<S>;
+  const int64_t T = s.T, C = s.C, J = s.J;
+  std::vector<A> wt(J * kTile);
+  for (int64_t cb = c0; cb < c1; cb += kTile) {
+    const int64_t n = std::min(kTile, c1 - cb);
+    for (int64_t j = 0; j < J; ++j)
+      for (int64_t c = 0; c < n; ++c) wt[j * kTile + c] = widen<S>(w[(cb + c) * J + j]);
+    for (int64_t b = 0; b < s.B; ++b)
+      for (int64_t t = 0; t < T; ++t) {
+        A acc[kTile] = {};
+        for (int64_t j = 0; j < J; ++j) {
+          const int64_t src = t - J + 1 + j;
+          if (src < 0) continue;
+          const S* xr = x + (b * T + src) * C + cb;
+          const A* wj = wt.data() + j * kTile;
+          for (int64_t c = 0; c < n; ++c) acc[c] += wj[c] * widen<S>(xr[c]);
+        }
+        S* yr = y + (b * T + t) * C + cb;
+        for (int64_t c = 0; c < n; ++c) yr[c] = narrow<S>(acc[c]);
+      }
+  }
+}
+
+template <class S>
+PARITY_INLINE void conv_bwd(const ConvShape& s, const S* x, const S* w, const S* dy, S* dx,
+                            S* dw, int64_t c0, int64_t c1) {
+  using A = Acc<S>;
+  const int64_t T = s.T, C = s.C, J = s.J;
+  std::vector<A> wt(J * kTile), dwt(J * kTile);
+  for (int64_t cb = c0; cb < c1; cb += kTile) {
+    const int64_t n = std::min(kTile, c1 - cb);
+    for (int64_t j = 0; j < J; ++j)
+      for (int64_t c = 0; c < n; ++c) wt[j * kTile + c] = widen<S>(w[(cb + c) * J + j]);
+    std::fill(dwt.begin(), dwt.end(), A(0));
+    for (int64_t b = 0; b < s.B; ++b)
+      for (int64_t t = 0; t < T; ++t) {
+        // dx at token t: the taps that read x_t, dy at t + J - 1 - j, taps ascending.
+        A acc[kTile] = {};
+        for (int64_t j = 0; j < J; ++j) {
+          const int64_t dst = t + J - 1 - j;
+          if (dst >= T) continue;
+          const S* dyr = dy + (b * T + dst) * C + cb;
+          const A* wj = wt.data() + j * kTile;
+          for (int64_t c = 0; c < n; ++c) acc[c] += wj[c] * widen<S>(dyr[c]);
+        }
+        S* dxr = dx + (b * T + t) * C + cb;
+        for (int64_t c = 0; c < n; ++c) dxr[c] = narrow<S>(acc[c]);
+        // dw: dy_t times the input each tap read at t; rows, then tokens, ascending.
+        const S* dyr = dy + (b * T + t) * C + cb;
+        for (int64_t j = 0; j < J; ++j) {
+          const int64_t src = t - J + 1 + j;
+          if (src < 0) continue;
+          const S* xr = x + (b * T + src) * C + cb;
+          A* dj = dwt.data() + j * kTile;
+          for (int64_t c = 0; c < n; ++c) dj[c] += widen<S>(dyr[c]) * widen<S>(xr[c]);
+        }
+      }
+    for (int64_t j = 0; j < J; ++j)
+      for (int64_t c = 0; c < n; ++c) dw[(cb + c) * J + j] = narrow<S>(dwt[j * kTile + c]);
+  }
+}
+
+template <class S>
+PARITY_INLINE void heads_fwd(const HeadsShape& s, const S* a, Acc<S>* out, Acc<S>* inv,
+                             int64_t bh0, int64_t bh1) {
+  using A = Acc<S>;
+  const int64_t T = s.T, H = s.H, K = s.K;
+  const A eps = A(s.eps), scale = A(s.scale);
+  for (int64_t bh = bh0; bh < bh1; ++bh) {
+    const int64_t b = bh / H, h = bh % H;
+    for (int64_t t = 0; t < T; ++t) {
+      const S* ar = a + ((b * T + t) * H + h) * K;
+      A* o = out + (bh * T + t) * K;
+      if (!s.l2) {
+        for (int64_t k = 0; k < K; ++k) o[k] = widen<S>(ar[k]);
+        continue;
+      }
+      A ss = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const A v = widen<S>(ar[k]);
+        ss += v * v;
+      }
+      const A iv = A(1) / std::sqrt(ss + eps);
+      inv[bh * T + t] = iv;
+      for (int64_t k = 0; k < K; ++k) o[k] = round_trip<S>(widen<S>(ar[k]) * iv);
+      if (s.scale != 1.0)
+        for (int64_t k = 0; k < K; ++k) o[k] = o[k] * scale;
+    }
+  }
+}
+
+// With n = a inv, inv = (sum a^2 + eps)^(-1/2): dn/da_m = inv e_m - a inv^3 a_m, so
+// da = inv dn - a (inv^3 <a, dn>).
+template <class S>
+PARITY_INLINE void heads_bwd(const HeadsShape& s, const S* a, const Acc<S>* inv,
+                             const Acc<S>* dout, S* da, int64_t bh0, int64_t bh1) {
+  using A = Acc<S>;
+  const int64_t T = s.T, H = s.H, K = s.K;
+  const A scale = A(s.scale);
+  std::vector<A> dn(K);
+  for (int64_t bh = bh0; bh < bh1; ++bh) {
+    const int64_t b = bh / H, h = bh % H;
+    for (int64_t t = 0; t < T; ++t) {
+      const A* dor = dout + (bh * T + t) * K;
+      S* dar = da + ((b * T + t) * H + h) * K;
+      for (int64_t k = 0; k < K; ++k) dn[k] = s.scale != 1.0 ? dor[k] * scale : dor[k];
+      if (!s.l2) {
+        for (int64_t k = 0; k < K; ++k) dar[k] = narrow<S>(dn[k]);
+        continue;
+      }
+      const S* ar = a + ((b * T + t) * H + h) * K;
+      A dot = 0;
+      for (int64_t k = 0; k < K; ++k) dot += widen<S>(ar[k]) * dn[k];
+      const A iv = inv[bh * T + t];
+      const A c = iv * iv * iv * dot;
+      for (int64_t k = 0; k < K; ++k) dar[k] = narrow<S>(iv * dn[k] - widen<S>(ar[k]) * c);
+    }
+  }
+}
+
+}  // namespace
+
+PARITY_CLONES void conv_forward(const ConvShape& s, const float* x, const float* w, float* y, int64_t c0,
+                  int64_t c1) {
+  conv_fwd(s, x, w, y, c0, c1);
+}
+PARITY_CLONES void conv_forward(const ConvShape& s, const double* x, const double* w, double* y, int64_t c0,
+                  int64_t c1) {
+  conv_fwd(s, x, w, y, c0, c1);
+}
+PARITY_CLONES void conv_forward(const ConvShape& s, const uint16_t* x, const uint16_t* w, uint16_t* y,
+                  int64_t c0, int64_t c1) {
+  conv_fwd(s, x, w, y, c0, c1);
+}
+
+PARITY_CLONES void conv_backward(const ConvShape& s, const float* x, const float* w, const float* dy,
+                   float* dx, float* dw, int64_t c0, int64_t c1) {
+  conv_bwd(s, x, w, dy, dx, dw, c0, c1);
+}
+PARITY_CLONES void conv_backward(const ConvShape& s, const double* x, const double* w, const double* dy,
+                   double* dx, double* dw, int64_t c0, int64_t c1) {
+  conv_bwd(s, x, w, dy, dx, dw, c0, c1);
+}
+PARITY_CLONES void conv_backward(const ConvShape& s, const uint16_t* x, const uint16_t* w,
+                   const uint16_t* dy, uint16_t* dx, uint16_t* dw, int64_t c0, int64_t c1) {
+  conv_bwd(s, x, w, dy, dx, dw, c0, c1);
+}
+
+PARITY_CLONES void heads_forward(const HeadsShape& s, const float* a, float* out, float* inv, int64_t bh0,
+                   int64_t bh1) {
+  heads_fwd(s, a, out, inv, bh0, bh1);
+}
+PARITY_CLONES void heads_forward(const HeadsShape& s, const double* a, double* out, double* inv, int64_t bh0,
+                   int64_t bh1) {
+  heads_fwd(s, a, out, inv, bh0, bh1);
+}
+PARITY_CLONES void heads_forward(const HeadsShape& s, const uint16_t* a, float* out, float* inv, int64_t bh0,
+                   int64_t bh1) {
+  heads_fwd(s, a, out, inv, bh0, bh1);
+}
+
+PARITY_CLONES void heads_backward(const HeadsShape& s, const float* a, const float* inv, const float* dout,
+                    float* da, int64_t bh0, int64_t bh1) {
+  heads_bwd(s, a, inv, dout, da, bh0, bh1);
+}
+PARITY_CLONES void heads_backward(const HeadsShape& s, const double* a, const double* inv,
+                    const double* dout, double* da, int64_t bh0, int64_t bh1) {
+  heads_bwd(s, a, inv, dout, da, bh0, bh1);
+}
+PARITY_CLONES void heads_backward(const HeadsShape& s, const uint16_t* a, const float* inv, const float* dout,
+                    uint16_t* da, int64_t bh0, int64_t bh1) {
+  heads_bwd(s, a, inv, dout, da, bh0, bh1);
+}
+
+}  // namespace parity::kernels::kda_prep

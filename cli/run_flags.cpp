@@ -56,7 +56,7 @@ void add_run_options(CLI::App& cmd, harness::RunOptions& o) {
   cmd.add_option("--grad-accum", o.grad_accum,
                  "micro-batch gradient accumulation: auto (bf16 in bf16 mode), bf16, fp32")
       ->capture_default_str();
-  cmd.add_option("--attn-res", o.attn_res, "AttnRes read: recompute or plain")
+  cmd.add_option("--attn-res", o.attn_res, "AttnRes read: fused (per-token loops; CPU), recompute or plain")
       ->capture_default_str();
   cmd.add_option("--kda", o.kda, "KDA form: fused, chunked or recurrent")->capture_default_str();
   cmd.add_option("--lr", o.lr, "peak learning rate")->capture_default_str()

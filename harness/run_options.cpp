@@ -24,12 +24,15 @@ namespace parity::harness {
 
 kernels::ModelOptions model_options(const RunOptions& o) {
   kernels::ModelOptions m;
-  if (o.attn_res == "plain")
-    m.attn_res = kernels::AttnResImpl::Plain;
-  else if (o.attn_res == "recompute")
-    m.attn_res = kernels::AttnResImpl::Recompute;
-  else
-    throw UsageError("unknown --attn-res '" + o.attn_res + "'; use recompute or plain");
+  bool known = false;
+  for (auto impl : {kernels::AttnResImpl::Fused, kernels::AttnResImpl::Recompute,
+                    kernels::AttnResImpl::Plain})
+    if (o.attn_res == kernels::attn_res_impl_name(impl)) {
+      m.attn_res = impl;
+      known = true;
+    }
+  if (!known)
+    throw UsageError("unknown --attn-res '" + o.attn_res + "'; use fused, recompute or plain");
   try {
     m.kda = kernels::parse_kda_impl(o.kda);
   } catch (const std::invalid_argument&) {

@@ -42,7 +42,7 @@ struct RunOptions {
   std::string tokens_dtype;  // a raw --tokens file's element type: uint16, int32, int64
   std::string clip_order = "single";
   std::string grad_accum = "auto";
-  std::string attn_res = "recompute";
+  std::string attn_res = "fused";
   std::string kda = "fused";
   double lr = 8e-4;
   int warmup = 2;

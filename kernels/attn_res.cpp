@@ -1,7 +1,10 @@
 #include "kernels/attn_res.h"
 
+#include <ATen/Parallel.h>
 #include <torch/torch.h>
 
+#include "kernels/attn_res_loops.h"
+#include "kernels/loop_tensors.h"
 #include "kernels/precision.h"
 
 namespace parity::kernels {
@@ -80,6 +83,70 @@ struct AttnResFunction : public torch::autograd::Function<AttnResFunction> {
   }
 };
 
+// The same read in attn_res_loops' per-token loops: forward saves the inputs, r and p, like
+// the recomputing form; backward rebuilds V per token.
+struct AttnResFusedFunction : public torch::autograd::Function<AttnResFusedFunction> {
+  static attn_res_loops::Shape shape(const at::Tensor& stack, double eps) {
+    return {stack.size(-2), stack.size(-1), eps};
+  }
+
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& stack_in,
+                            const at::Tensor& partial_in, const at::Tensor& proj,
+                            const at::Tensor& norm, double eps) {
+    using namespace loop_tensors;
+    auto stack = stack_in.contiguous(), partial = partial_in.contiguous();
+    const auto s = shape(stack, eps);
+    const int64_t tokens = partial.numel() / s.D;
+    const auto acc = accum_dtype(partial.scalar_type());
+    auto q = (norm.to(acc) * proj.to(acc)).contiguous();
+    auto out = at::empty_like(partial);
+    auto r = at::empty({tokens, s.N + 1}, partial.options().dtype(acc));
+    auto p = at::empty_like(r);
+    on_loop_type(partial.scalar_type(), "the fused AttnRes read", [&](auto tag) {
+      using S = decltype(tag);
+      at::parallel_for(0, tokens, 16, [&](int64_t t0, int64_t t1) {
+        attn_res_loops::forward(s, elems<S>(stack), elems<S>(partial), q.data_ptr<Acc<S>>(),
+                                elems<S>(out), r.data_ptr<Acc<S>>(), p.data_ptr<Acc<S>>(), t0,
+                                t1);
+      });
+    });
+    ctx->save_for_backward({stack, partial, proj, norm, q, r, p});
+    ctx->saved_data["eps"] = eps;
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    using namespace loop_tensors;
+    auto saved = ctx->get_saved_variables();
+    const auto &stack = saved[0], &partial = saved[1], &proj = saved[2], &norm = saved[3],
+               &q = saved[4], &r = saved[5], &p = saved[6];
+    const auto s = shape(stack, ctx->saved_data["eps"].toDouble());
+    const int64_t tokens = partial.numel() / s.D;
+    auto go = grads[0].to(q.scalar_type()).contiguous();
+    auto d_stack = at::empty_like(stack), d_partial = at::empty_like(partial);
+    auto dq_rows = at::empty({tokens, s.D}, q.options());
+    auto dq = at::empty({s.D}, q.options());
+    on_loop_type(partial.scalar_type(), "the fused AttnRes read", [&](auto tag) {
+      using S = decltype(tag);
+      using A = Acc<S>;
+      at::parallel_for(0, tokens, 16, [&](int64_t t0, int64_t t1) {
+        attn_res_loops::backward(s, elems<S>(stack), elems<S>(partial), q.data_ptr<A>(),
+                                 r.data_ptr<A>(), p.data_ptr<A>(), go.data_ptr<A>(),
+                                 elems<S>(d_stack), elems<S>(d_partial), dq_rows.data_ptr<A>(),
+                                 t0, t1);
+      });
+      at::parallel_for(0, s.D, 16, [&](int64_t d0, int64_t d1) {
+        attn_res_loops::sum_rows(dq_rows.data_ptr<A>(), tokens, s.D, dq.data_ptr<A>(), d0, d1);
+      });
+    });
+    at::Tensor d_proj, d_norm;
+    if (ctx->needs_input_grad(2)) d_proj = (dq * norm.to(dq.scalar_type())).to(proj.scalar_type());
+    if (ctx->needs_input_grad(3)) d_norm = (dq * proj.to(dq.scalar_type())).to(norm.scalar_type());
+    return {d_stack, d_partial, d_proj, d_norm, at::Tensor()};
+  }
+};
+
 }  // namespace
 
 at::Tensor attn_res_plain(const at::Tensor& stack, const at::Tensor& partial,
@@ -92,10 +159,34 @@ at::Tensor attn_res_recompute(const at::Tensor& stack, const at::Tensor& partial
   return AttnResFunction::apply(stack, partial, proj, norm, eps);
 }
 
+at::Tensor attn_res_fused(const at::Tensor& stack, const at::Tensor& partial,
+                          const at::Tensor& proj, const at::Tensor& norm, double eps) {
+  TORCH_CHECK(partial.is_cpu() && stack.is_cpu(), "attn_res_fused is a CPU kernel");
+  TORCH_CHECK(loop_tensors::loop_dtype(partial.scalar_type()) &&
+                  stack.scalar_type() == partial.scalar_type(),
+              "attn_res_fused: stack and partial share one dtype, fp32, fp64 or bf16");
+  TORCH_CHECK(stack.dim() == partial.dim() + 1 && stack.size(-1) == partial.size(-1) &&
+                  stack.numel() == partial.numel() * stack.size(-2),
+              "attn_res_fused: stack [..., N, D] and partial [..., D]");
+  return AttnResFusedFunction::apply(stack, partial, proj, norm, eps);
+}
+
+const char* attn_res_impl_name(AttnResImpl impl) {
+  switch (impl) {
+    case AttnResImpl::Plain: return "plain";
+    case AttnResImpl::Recompute: return "recompute";
+    case AttnResImpl::Fused: return "fused";
+  }
+  return "?";
+}
+
 at::Tensor attn_res(const at::Tensor& stack, const at::Tensor& partial, const at::Tensor& proj,
                     const at::Tensor& norm, double eps, AttnResImpl impl) {
-  return impl == AttnResImpl::Plain ? attn_res_plain(stack, partial, proj, norm, eps)
-                                    : attn_res_recompute(stack, partial, proj, norm, eps);
+  if (impl == AttnResImpl::Plain) return attn_res_plain(stack, partial, proj, norm, eps);
+  if (impl == AttnResImpl::Fused && partial.is_cpu() &&
+      loop_tensors::loop_dtype(partial.scalar_type()))
+    return attn_res_fused(stack, partial, proj, norm, eps);
+  return attn_res_recompute(stack, partial, proj, norm, eps);
 }
 
 }  // namespace parity::kernels

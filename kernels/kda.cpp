@@ -12,6 +12,7 @@
 
 #include "kernels/kda_fused.h"
 #include "kernels/kda_prep.h"
+#include "kernels/loop_tensors.h"
 #include "kernels/ops.h"
 #include "kernels/precision.h"
 
@@ -208,27 +209,7 @@ at::Tensor causal_depthwise_conv(const at::Tensor& x, const at::Tensor& w) {
 
 namespace {
 
-// The element pointer kda_prep takes: fp32, fp64, or bf16 as its 16 bits.
-template <class S>
-S* elems(const at::Tensor& t) {
-  if constexpr (std::is_same_v<S, uint16_t>)
-    return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>());
-  else
-    return t.data_ptr<S>();
-}
-template <class S>
-using PrepAcc = std::conditional_t<std::is_same_v<S, uint16_t>, float, S>;
-
-// Calls f with a value of the kda_prep element type of t's dtype.
-template <class F>
-void on_prep_type(at::ScalarType t, F&& f) {
-  switch (t) {
-    case at::kFloat: return f(float{});
-    case at::kDouble: return f(double{});
-    case at::kBFloat16: return f(uint16_t{});
-    default: TORCH_CHECK(false, "the fused KDA prologue runs in fp32, fp64 or bf16, not ", t);
-  }
-}
+using namespace loop_tensors;
 
 // kda_prep's causal depthwise conv as an autograd Function: x [B,T,C], taps [C,J].
 struct ConvFunction : torch::autograd::Function<ConvFunction> {
@@ -237,7 +218,7 @@ struct ConvFunction : torch::autograd::Function<ConvFunction> {
     auto x = x_in.contiguous(), w = w_in.contiguous();
     const kda_prep::ConvShape s{x.size(0), x.size(1), x.size(2), w.size(1)};
     auto y = at::empty_like(x);
-    on_prep_type(x.scalar_type(), [&](auto tag) {
+    on_loop_type(x.scalar_type(), "the fused KDA conv", [&](auto tag) {
       using S = decltype(tag);
       at::parallel_for(0, s.C, 64, [&](int64_t c0, int64_t c1) {
         kda_prep::conv_forward(s, elems<S>(x), elems<S>(w), elems<S>(y), c0, c1);
@@ -254,7 +235,7 @@ struct ConvFunction : torch::autograd::Function<ConvFunction> {
     const kda_prep::ConvShape s{x.size(0), x.size(1), x.size(2), w.size(1)};
     auto dy = grads[0].to(x.scalar_type()).contiguous();
     auto dx = at::empty_like(x), dw = at::empty_like(w);
-    on_prep_type(x.scalar_type(), [&](auto tag) {
+    on_loop_type(x.scalar_type(), "the fused KDA conv", [&](auto tag) {
       using S = decltype(tag);
       at::parallel_for(0, s.C, 64, [&](int64_t c0, int64_t c1) {
         kda_prep::conv_backward(s, elems<S>(x), elems<S>(w), elems<S>(dy), elems<S>(dx),
@@ -279,9 +260,9 @@ struct HeadsFunction : torch::autograd::Function<HeadsFunction> {
     const auto acc = a.options().dtype(accum_dtype(a.scalar_type()));
     auto out = at::empty({s.B, H, s.T, s.K}, acc);
     auto inv = at::empty({l2 ? s.B * H * s.T : 0}, acc);
-    on_prep_type(a.scalar_type(), [&](auto tag) {
+    on_loop_type(a.scalar_type(), "the fused KDA head step", [&](auto tag) {
       using S = decltype(tag);
-      using A = PrepAcc<S>;
+      using A = Acc<S>;
       at::parallel_for(0, s.B * H, 1, [&](int64_t bh0, int64_t bh1) {
         kda_prep::heads_forward(s, elems<S>(a), out.data_ptr<A>(), inv.data_ptr<A>(), bh0, bh1);
       });
@@ -303,9 +284,9 @@ struct HeadsFunction : torch::autograd::Function<HeadsFunction> {
                          ctx->saved_data["eps"].toDouble(), ctx->saved_data["scale"].toDouble());
     auto dout = grads[0].to(inv.scalar_type()).contiguous();
     auto da = at::empty_like(a);
-    on_prep_type(a.scalar_type(), [&](auto tag) {
+    on_loop_type(a.scalar_type(), "the fused KDA head step", [&](auto tag) {
       using S = decltype(tag);
-      using A = PrepAcc<S>;
+      using A = Acc<S>;
       at::parallel_for(0, s.B * H, 1, [&](int64_t bh0, int64_t bh1) {
         kda_prep::heads_backward(s, elems<S>(a), inv.data_ptr<A>(), dout.data_ptr<A>(),
                                  elems<S>(da), bh0, bh1);
@@ -315,17 +296,13 @@ struct HeadsFunction : torch::autograd::Function<HeadsFunction> {
   }
 };
 
-bool prep_dtype(at::ScalarType t) {
-  return t == at::kFloat || t == at::kDouble || t == at::kBFloat16;
-}
-
 }  // namespace
 
 at::Tensor causal_conv_fused(const at::Tensor& x, const at::Tensor& w) {
   TORCH_CHECK(x.is_cpu() && w.is_cpu(), "causal_conv_fused is a CPU kernel");
   TORCH_CHECK(x.dim() == 3 && w.dim() == 2 && w.size(0) == x.size(2),
               "causal_conv_fused: x [B,T,C], taps [C,J]");
-  TORCH_CHECK(prep_dtype(x.scalar_type()) && w.scalar_type() == x.scalar_type(),
+  TORCH_CHECK(loop_dtype(x.scalar_type()) && w.scalar_type() == x.scalar_type(),
               "causal_conv_fused: x and the taps share one dtype, fp32, fp64 or bf16");
   return ConvFunction::apply(x, w);
 }
@@ -334,7 +311,7 @@ at::Tensor heads_fused(const at::Tensor& a, int64_t n_heads, bool l2, double eps
   TORCH_CHECK(a.is_cpu(), "heads_fused is a CPU kernel");
   TORCH_CHECK(a.dim() == 3 && n_heads > 0 && a.size(2) % n_heads == 0,
               "heads_fused: a [B,T,H*K] with H dividing the last dimension");
-  TORCH_CHECK(prep_dtype(a.scalar_type()), "heads_fused runs in fp32, fp64 or bf16");
+  TORCH_CHECK(loop_dtype(a.scalar_type()), "heads_fused runs in fp32, fp64 or bf16");
   return HeadsFunction::apply(a, n_heads, l2, eps, scale);
 }
 
@@ -347,7 +324,7 @@ at::Tensor kda(const at::Tensor& x, const KdaWeights& w, const KdaDims& d) {
   };
   const double q_scale = 1.0 / std::sqrt(static_cast<double>(K));
   at::Tensor q, k, v;
-  const bool fused = d.impl == KdaImpl::Fused && x.is_cpu() && prep_dtype(stream);
+  const bool fused = d.impl == KdaImpl::Fused && x.is_cpu() && loop_dtype(stream);
   if (fused) {  // the same composition, in kda_prep's loops
     auto conv = [&](const at::Tensor& proj, const at::Tensor& taps) {
       return at::silu(causal_conv_fused(project(x, proj), taps.select(1, 0).to(stream)));

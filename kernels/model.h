@@ -31,7 +31,7 @@
 namespace parity::kernels {
 
 struct ModelOptions {
-  AttnResImpl attn_res = AttnResImpl::Recompute;
+  AttnResImpl attn_res = AttnResImpl::Fused;
   KdaImpl kda = KdaImpl::Fused;
   int loss_chunks = 8;  // ChunkedLossWrapper's num_chunks; 1: the plain loss
 };

@@ -29,7 +29,7 @@ RunInfo make_run_info(const TrainConfig& cfg, const std::string& trainer, int64_
   info.precision = to_string(cfg.precision);
   info.grad_accum = effective_grad_accum(cfg);
   info.clip_order = to_string(cfg.clip_order);
-  info.attn_res_impl = cfg.model_options.attn_res == AttnResImpl::Plain ? "plain" : "recompute";
+  info.attn_res_impl = attn_res_impl_name(cfg.model_options.attn_res);
   info.kda_impl = kda_impl_name(cfg.model_options.kda);
   info.device = cfg.device;
   info.seed = cfg.seed;

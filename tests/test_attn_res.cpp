@@ -5,6 +5,8 @@
 //     partial, proj and norm, with a non-zero pseudo-query so the mix is not uniform.
 //   * Plain vs recompute: forward bitwise in fp32, bf16 and fp64 for N = 0, 1, 5 stack
 //     entries; gradients within an element-wise bound derived from the accumulation depth.
+//   * Fused vs plain: forward and gradients within derived bounds (the same cases); the
+//     fused form's bits do not depend on the thread count.
 //
 // The bitwise checks are the tests named *Bitwise*; every other test is a tolerance test
 // whose bound is derived next to it. All inputs come from fixed seeds.
@@ -15,6 +17,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -154,12 +158,13 @@ TEST_P(AttnResGradCheck, CentralDifferencesFp64) {
 
 INSTANTIATE_TEST_SUITE_P(
     Impls, AttnResGradCheck,
-    ::testing::Combine(::testing::Values(k::AttnResImpl::Plain, k::AttnResImpl::Recompute),
+    ::testing::Combine(::testing::Values(k::AttnResImpl::Plain, k::AttnResImpl::Recompute,
+                                         k::AttnResImpl::Fused),
                        ::testing::Values(0, 1, 3)),
     [](const auto& info) {
-      return std::string(std::get<0>(info.param) == k::AttnResImpl::Plain ? "Plain"
-                                                                            : "Recompute") +
-             "_N" + std::to_string(std::get<1>(info.param));
+      std::string name = k::attn_res_impl_name(std::get<0>(info.param));
+      name[0] = char(std::toupper(name[0]));
+      return name + "_N" + std::to_string(std::get<1>(info.param));
     });
 
 // The checker itself must be able to fail: a function whose autograd gradient is half the
@@ -204,8 +209,11 @@ TEST_P(AttnResForms, ForwardBitwise) {
   EXPECT_EQ(plain.sizes(), c.partial.sizes());
   EXPECT_TRUE(torch::equal(plain, rec))
       << "max |diff| " << (plain.to(at::kDouble) - rec.to(at::kDouble)).abs().max().item<double>();
-  // The default implementation is the recomputing one.
-  EXPECT_TRUE(torch::equal(k::attn_res(c.stack, c.partial, c.proj, c.norm, kEps), rec));
+  EXPECT_TRUE(torch::equal(
+      k::attn_res(c.stack, c.partial, c.proj, c.norm, kEps, k::AttnResImpl::Recompute), rec));
+  // The default implementation is the fused one.
+  EXPECT_TRUE(torch::equal(k::attn_res(c.stack, c.partial, c.proj, c.norm, kEps),
+                           k::attn_res_fused(c.stack, c.partial, c.proj, c.norm, kEps)));
 }
 
 // Gradients within an element-wise bound derived from the accumulation depth.
@@ -225,6 +233,17 @@ TEST_P(AttnResForms, ForwardBitwise) {
 // In bf16 each result is finally rounded to bf16 (|bf16(x) - x| <= u_bf16 |x|, |x| <=
 // (1 + gamma) M), so the bf16 bound adds 2 u_bf16 (1 + gamma) M. M is computed in fp64 from
 // the fp64 mix; the acc mix differs by O(u) relatively, covered by a 1.01 factor.
+//
+// The fused form computes its own r and p (sums in another order), so its backward starts
+// from saved values that differ from the plain form's: r by at most 2 gamma_{D+3}
+// relatively (a D-long sum of squares, the mean, the eps, the square root), and p by at most
+// 4 delta relatively, delta = gamma_{D+8} D max|q| the logit error of each form (see
+// MatchesScalarLoopFp64; a logit change delta moves a softmax weight by exp(2 delta) - 1).
+// Every monomial of dV and dq carries at most two factors of p (ds) and three of r (r^3), so
+// a relative change e of p and r moves it by at most (1 + e)^5 - 1 < 8 e: the fused bound
+// adds 8 max(4 delta, 2 gamma_{D+3}) M. The fused forward differs from the plain one by at
+// most 2 (gamma_{N+4} + 2 delta) sum_n p_n |V_n| (each within half of that of the exact
+// read), plus 2 u_bf16 |out| in bf16.
 TEST_P(AttnResForms, GradientsWithinDerivedBound) {
   const auto [dt, N] = GetParam();
   const int64_t B = 2, T = 12, D = 16;
@@ -246,6 +265,7 @@ TEST_P(AttnResForms, GradientsWithinDerivedBound) {
   };
   auto gp = grads_of(k::AttnResImpl::Plain);
   auto gr = grads_of(k::AttnResImpl::Recompute);
+  auto gf = grads_of(k::AttnResImpl::Fused);
 
   // Absolute-value magnitudes M (fp64), from the inputs as cast (exact in fp64).
   Inputs cin{c.stack.to(at::kDouble), c.partial.to(at::kDouble), c.proj.to(at::kDouble),
@@ -262,6 +282,18 @@ TEST_P(AttnResForms, GradientsWithinDerivedBound) {
                             Mq * cin.proj.abs()};
 
   const double u_acc = dt == at::kDouble ? kU64 : kU32;
+  const double qmax = mix.q.abs().max().item<double>();
+  const double delta = gamma(D + 8, u_acc) * D * qmax;
+  const double fused_extra = 8 * std::max(4 * delta, 2 * gamma(D + 3, u_acc));
+  {
+    auto plain = k::attn_res_plain(c.stack, c.partial, c.proj, c.norm, kEps).to(at::kDouble);
+    auto fused = k::attn_res_fused(c.stack, c.partial, c.proj, c.norm, kEps).to(at::kDouble);
+    auto sum_pV = (mix.p.unsqueeze(-1) * mix.V.abs()).sum(-2);
+    auto bound = 2 * (gamma(N + 4, u_acc) + 2 * delta) * sum_pV;
+    if (dt == at::kBFloat16) bound = bound + 2 * kUbf16 * plain.abs();
+    const int64_t wrong = ((fused - plain).abs() > 1.01 * bound).sum().item<int64_t>();
+    EXPECT_EQ(wrong, 0) << "fused forward: #wrong " << wrong;
+  }
   const double kV = 2 * D + N + 16, kq = B * T * (N + 1) + kV + 1;
   const std::vector<double> depth{kV, kV, kq, kq};
   const std::vector<std::string> names{"stack", "partial", "proj", "norm"};
@@ -270,10 +302,20 @@ TEST_P(AttnResForms, GradientsWithinDerivedBound) {
     if (gp[i].numel() == 0) continue;
     if (N == 0 && i >= 2) {
       // A softmax over one entry is exactly 1, so the read is the identity on partial and
-      // the pseudo-query has exactly zero gradient in both forms.
+      // the pseudo-query has exactly zero gradient in every form.
       EXPECT_EQ(gp[i].abs().max().item<double>(), 0.0);
       EXPECT_EQ(gr[i].abs().max().item<double>(), 0.0);
+      EXPECT_EQ(gf[i].abs().max().item<double>(), 0.0);
       continue;
+    }
+    {
+      ASSERT_EQ(gf[i].scalar_type(), dt);
+      const double g = gamma(depth[i], u_acc);
+      double rel = 2 * g + fused_extra;
+      if (dt == at::kBFloat16) rel += 2 * kUbf16 * (1 + g);
+      auto diff = (gp[i].to(at::kDouble) - gf[i].to(at::kDouble)).abs();
+      const int64_t wrong = (diff > 1.01 * rel * M[i]).sum().item<int64_t>();
+      EXPECT_EQ(wrong, 0) << "fused: #wrong " << wrong << " of " << diff.numel();
     }
     ASSERT_EQ(gp[i].scalar_type(), dt);
     ASSERT_EQ(gr[i].scalar_type(), dt);
@@ -300,5 +342,37 @@ INSTANTIATE_TEST_SUITE_P(DtypesAndDepths, AttnResForms,
                                                               at::kDouble),
                                             ::testing::Values(0, 1, 5)),
                          forms_name);
+
+// Bitwise: the fused read's output and gradients do not depend on the thread count (each
+// token is one loop iteration; dq is summed over tokens in order on one thread per column).
+class AttnResFusedBitwise : public ::testing::TestWithParam<at::ScalarType> {};
+
+TEST_P(AttnResFusedBitwise, ThreadCountFree) {
+  const auto dt = GetParam();
+  const int64_t B = 2, T = 40, N = 3, D = 64;
+  auto c = cast_inputs(make_inputs(B, T, N, D, 500), dt);
+  auto gen = at::detail::createCPUGenerator(501);
+  auto R = at::randn({B, T, D}, gen, at::kDouble).to(dt);
+  auto run = [&] {
+    std::vector<at::Tensor> leaves{c.stack.clone().requires_grad_(true),
+                                   c.partial.clone().requires_grad_(true),
+                                   c.proj.clone().requires_grad_(true),
+                                   c.norm.clone().requires_grad_(true)};
+    auto out = k::attn_res_fused(leaves[0], leaves[1], leaves[2], leaves[3], kEps);
+    auto g = torch::autograd::grad({(out * R).sum()}, leaves);
+    g.insert(g.begin(), out.detach());
+    return g;
+  };
+  auto one = run();
+  parity::kernels::pin_threads(2);
+  auto two = run();
+  parity::kernels::pin_threads(1);
+  for (size_t i = 0; i < one.size(); ++i)
+    EXPECT_TRUE(torch::equal(one[i], two[i])) << "output/gradient " << i << " differs";
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, AttnResFusedBitwise,
+                         ::testing::Values(at::kFloat, at::kBFloat16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 }  // namespace

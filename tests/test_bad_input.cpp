@@ -200,7 +200,7 @@ const std::vector<Case>& cases() {
       {"DeviceCudaWithoutCuda", T + "--device cuda", "--device cuda: this build or machine has no CUDA device"},
       {"ClipOrderUnknown", T + "--clip-order weird", "weird"},
       {"GradAccumUnknown", T + "--grad-accum weird", "weird"},
-      {"AttnResUnknown", T + "--attn-res weird", "unknown --attn-res 'weird'; use recompute or plain"},
+      {"AttnResUnknown", T + "--attn-res weird", "unknown --attn-res 'weird'; use fused, recompute or plain"},
       {"KdaUnknown", T + "--kda weird", "unknown --kda 'weird'; use fused, chunked or recurrent"},
       {"TrainerUnknown", "train --trainer nope --flavor tiny", "unknown --trainer 'nope'"},
       {"CacheUnknown", P + "--cache maybe", "unknown --cache 'maybe'; use on or off"},

@@ -103,16 +103,19 @@ at::Tensor moe(const at::Tensor& x, const MoeWeights& w, const MoeBuffers& b,
   auto token_of = at::floor_divide(order, K);
   auto zs = z.index_select(0, token_of);                                 // [N*K, L]
   auto counts = at::bincount(expert_of_pair, {}, E).to(at::kCPU);
-  std::vector<at::Tensor> outs;
-  outs.reserve(E);
+  // Each expert's w13 on its rows, SiTU-GLU once over all rows (element-wise, so the
+  // same per row as per expert, in a few ops instead of a few per expert), each w2.
   const auto* cnt = counts.data_ptr<int64_t>();
-  int64_t offset = 0;
-  for (int64_t e = 0; e < E; ++e) {
-    if (cnt[e] == 0) continue;
-    outs.push_back(glu_ffn(zs.narrow(0, offset, cnt[e]), w.w13[e], w.w2[e], c.situ_beta,
-                           c.situ_linear_beta));
-    offset += cnt[e];
-  }
+  const int64_t H = w.w13.size(2);
+  std::vector<at::Tensor> gus, outs;
+  for (int64_t e = 0, offset = 0; e < E; offset += cnt[e], ++e)
+    if (cnt[e] > 0)
+      gus.push_back(project(zs.narrow(0, offset, cnt[e]), w.w13[e].reshape({2 * H, -1})));
+  auto gu = at::cat(gus, 0);                                             // [N*K, 2H]
+  auto act = situ_glu(gu.narrow(-1, 0, H), gu.narrow(-1, H, H), c.situ_beta,
+                      c.situ_linear_beta);                               // [N*K, H]
+  for (int64_t e = 0, offset = 0; e < E; offset += cnt[e], ++e)
+    if (cnt[e] > 0) outs.push_back(project(act.narrow(0, offset, cnt[e]), w.w2[e]));
   auto ys = at::cat(outs, 0);                                            // expert-sorted rows
   auto w_sorted = weights.reshape({-1}).index_select(0, order);
   auto rows = (ys.to(acc) * w_sorted.unsqueeze(-1)).to(stream);         // weighted, cast back

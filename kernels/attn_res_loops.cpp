@@ -15,26 +15,6 @@ namespace {
 
 using namespace loop_elems;
 
-constexpr int64_t kLanes = 16;
-
-template <class A>
-PARITY_INLINE A lane_tree(A* acc) {
-  for (int64_t w = kLanes / 2; w >= 1; w /= 2)
-    for (int64_t i = 0; i < w; ++i) acc[i] += acc[i + w];
-  return acc[0];
-}
-
-// sum_d x_d y_d, in lanes.
-template <class A>
-PARITY_INLINE A dot(const A* x, const A* y, int64_t n) {
-  A acc[kLanes] = {};
-  int64_t d = 0;
-  for (; d + kLanes <= n; d += kLanes)
-    for (int64_t i = 0; i < kLanes; ++i) acc[i] += x[d + i] * y[d + i];
-  for (int64_t i = 0; d + i < n; ++i) acc[i] += x[d + i] * y[d + i];
-  return lane_tree(acc);
-}
-
 // sum_d (x_d r) y_d, in lanes: the keys K = V r dotted with q, as the readable form forms them.
 template <class A>
 PARITY_INLINE A scaled_dot(const A* x, A r, const A* y, int64_t n) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/kda_fused.h"
+#include "kernels/kda_gates.h"
 #include "kernels/kda_prep.h"
 #include "kernels/loop_tensors.h"
 #include "kernels/ops.h"
@@ -296,6 +297,99 @@ struct HeadsFunction : torch::autograd::Function<HeadsFunction> {
   }
 };
 
+// kda_gates' decay pre-activation as an autograd Function: pre [B,T,H*K], dt [H*K] and
+// rate [H] in acc -> z [B,H,T,K] in acc.
+struct DecayFunction : torch::autograd::Function<DecayFunction> {
+  static kda_gates::Shape shape(const at::Tensor& pre, int64_t H) {
+    return {pre.size(0), pre.size(1), H, pre.size(2) / H};
+  }
+
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& pre_in,
+                            const at::Tensor& dt_in, const at::Tensor& rate_in) {
+    auto pre = pre_in.contiguous(), dt = dt_in.contiguous(), rate = rate_in.contiguous();
+    const auto s = shape(pre, rate.size(0));
+    auto z = at::empty({s.B, s.H, s.T, s.K}, dt.options());
+    on_loop_type(pre.scalar_type(), "the fused KDA decay gate", [&](auto tag) {
+      using S = decltype(tag);
+      using A = Acc<S>;
+      at::parallel_for(0, s.H, 1, [&](int64_t h0, int64_t h1) {
+        kda_gates::decay_forward(s, elems<S>(pre), dt.data_ptr<A>(), rate.data_ptr<A>(),
+                                 z.data_ptr<A>(), h0, h1);
+      });
+    });
+    ctx->save_for_backward({pre, dt, rate});
+    return z;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &pre = saved[0], &dt = saved[1], &rate = saved[2];
+    const auto s = shape(pre, rate.size(0));
+    auto dz = grads[0].to(dt.scalar_type()).contiguous();
+    auto dpre = at::empty_like(pre), ddt = at::empty_like(dt), drate = at::empty_like(rate);
+    on_loop_type(pre.scalar_type(), "the fused KDA decay gate", [&](auto tag) {
+      using S = decltype(tag);
+      using A = Acc<S>;
+      at::parallel_for(0, s.H, 1, [&](int64_t h0, int64_t h1) {
+        kda_gates::decay_backward(s, elems<S>(pre), dt.data_ptr<A>(), rate.data_ptr<A>(),
+                                  dz.data_ptr<A>(), elems<S>(dpre), ddt.data_ptr<A>(),
+                                  drate.data_ptr<A>(), h0, h1);
+      });
+    });
+    return {dpre, ddt, drate};
+  }
+};
+
+// kda_gates' gated output norm as an autograd Function: o [B,H,T,K], sg [B,T,H*K] and w [K]
+// in acc -> y [B,T,H*K] in the stream dtype.
+struct GatedNormFunction : torch::autograd::Function<GatedNormFunction> {
+  static kda_gates::Shape shape(const at::Tensor& o) {
+    return {o.size(0), o.size(2), o.size(1), o.size(3)};
+  }
+
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& o_in,
+                            const at::Tensor& sg_in, const at::Tensor& w_in, double eps,
+                            at::ScalarType stream) {
+    auto o = o_in.contiguous(), sg = sg_in.contiguous(), w = w_in.contiguous();
+    const auto s = shape(o);
+    auto y = at::empty({s.B, s.T, s.H * s.K}, o.options().dtype(stream));
+    auto r = at::empty({s.B, s.T, s.H}, o.options());
+    on_loop_type(stream, "the fused KDA output norm", [&](auto tag) {
+      using S = decltype(tag);
+      using A = Acc<S>;
+      at::parallel_for(0, s.B * s.T * s.H, 64, [&](int64_t n0, int64_t n1) {
+        kda_gates::norm_forward(s, o.data_ptr<A>(), sg.data_ptr<A>(), w.data_ptr<A>(), eps,
+                                elems<S>(y), r.data_ptr<A>(), n0, n1);
+      });
+    });
+    ctx->save_for_backward({o, sg, w, r});
+    return y;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &o = saved[0], &sg = saved[1], &w = saved[2], &r = saved[3];
+    const auto s = shape(o);
+    const int64_t rows = s.B * s.T * s.H;
+    auto dy = grads[0].contiguous();
+    auto d_o = at::empty_like(o), dsg = at::empty_like(sg), dw = at::empty_like(w);
+    auto dw_rows = at::empty({rows, s.K}, o.options());
+    on_loop_type(dy.scalar_type(), "the fused KDA output norm", [&](auto tag) {
+      using S = decltype(tag);
+      using A = Acc<S>;
+      at::parallel_for(0, rows, 64, [&](int64_t n0, int64_t n1) {
+        kda_gates::norm_backward(s, o.data_ptr<A>(), sg.data_ptr<A>(), w.data_ptr<A>(),
+                                 r.data_ptr<A>(), elems<S>(dy), d_o.data_ptr<A>(),
+                                 dsg.data_ptr<A>(), dw_rows.data_ptr<A>(), n0, n1);
+      });
+      kda_gates::sum_rows(dw_rows.data_ptr<A>(), rows, s.K, dw.data_ptr<A>());
+    });
+    return {d_o, dsg, dw, at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
 
 at::Tensor causal_conv_fused(const at::Tensor& x, const at::Tensor& w) {
@@ -313,6 +407,32 @@ at::Tensor heads_fused(const at::Tensor& a, int64_t n_heads, bool l2, double eps
               "heads_fused: a [B,T,H*K] with H dividing the last dimension");
   TORCH_CHECK(loop_dtype(a.scalar_type()), "heads_fused runs in fp32, fp64 or bf16");
   return HeadsFunction::apply(a, n_heads, l2, eps, scale);
+}
+
+at::Tensor decay_pre_fused(const at::Tensor& pre, const at::Tensor& dt, const at::Tensor& rate) {
+  TORCH_CHECK(pre.is_cpu() && dt.is_cpu() && rate.is_cpu(), "decay_pre_fused is a CPU kernel");
+  TORCH_CHECK(loop_dtype(pre.scalar_type()), "decay_pre_fused runs in fp32, fp64 or bf16");
+  const auto acc = accum_dtype(pre.scalar_type());
+  TORCH_CHECK(dt.scalar_type() == acc && rate.scalar_type() == acc,
+              "decay_pre_fused: dt and rate in the accumulation dtype of pre");
+  TORCH_CHECK(pre.dim() == 3 && rate.dim() == 1 && rate.size(0) > 0 &&
+                  pre.size(2) % rate.size(0) == 0 && dt.dim() == 1 && dt.size(0) == pre.size(2),
+              "decay_pre_fused: pre [B,T,H*K], dt [H*K], rate [H]");
+  return DecayFunction::apply(pre, dt, rate);
+}
+
+at::Tensor rms_norm_gated_fused(const at::Tensor& o, const at::Tensor& sg, const at::Tensor& w,
+                                double eps, at::ScalarType stream) {
+  TORCH_CHECK(o.is_cpu() && sg.is_cpu() && w.is_cpu(), "rms_norm_gated_fused is a CPU kernel");
+  TORCH_CHECK(loop_dtype(stream), "rms_norm_gated_fused runs in fp32, fp64 or bf16");
+  const auto acc = accum_dtype(stream);
+  TORCH_CHECK(o.scalar_type() == acc && sg.scalar_type() == acc && w.scalar_type() == acc,
+              "rms_norm_gated_fused: o, sg and w in the accumulation dtype of ", stream);
+  TORCH_CHECK(o.dim() == 4 && sg.dim() == 3 && w.dim() == 1 && w.size(0) == o.size(3) &&
+                  sg.size(0) == o.size(0) && sg.size(1) == o.size(2) &&
+                  sg.size(2) == o.size(1) * o.size(3),
+              "rms_norm_gated_fused: o [B,H,T,K], sg [B,T,H*K], w [K]");
+  return GatedNormFunction::apply(o, sg, w, eps, stream);
 }
 
 at::Tensor kda(const at::Tensor& x, const KdaWeights& w, const KdaDims& d) {
@@ -341,15 +461,26 @@ at::Tensor kda(const at::Tensor& x, const KdaWeights& w, const KdaDims& d) {
     v = conv(w.v_proj, w.v_conv).to(acc);
   }
   auto beta = at::sigmoid(project(x, w.beta).to(acc)).transpose(1, 2);          // [B,H,T]
-  auto raw = project(project(x, w.forget_a), w.forget_b).to(acc) +
-             w.dt_bias.to(acc).reshape({H * K});                                 // [B,T,H*K]
-  auto rate = w.A_log.to(acc).exp().repeat_interleave(K);                       // [H*K]
-  auto g = heads(d.gate_bound * at::sigmoid(rate * raw));
+  auto pre = project(project(x, w.forget_a), w.forget_b);                       // [B,T,H*K]
+  auto dt = w.dt_bias.to(acc).reshape({H * K});
+  at::Tensor g;
+  if (fused) {
+    g = d.gate_bound * at::sigmoid(decay_pre_fused(pre, dt, w.A_log.to(acc).exp()));
+  } else {
+    auto rate = w.A_log.to(acc).exp().repeat_interleave(K);                     // [H*K]
+    g = heads(d.gate_bound * at::sigmoid(rate * (pre.to(acc) + dt)));
+  }
 
   auto o = kda_form(d.impl, q, k, v, g, beta, d.chunk);                          // [B,H,T,K]
-  o = o.to(stream).transpose(1, 2);                                              // [B,T,H,K]
-  auto gate = project(x, w.output_gate).view({B, T, H, K});
-  o = rms_norm_gated(o, gate, w.output_norm, d.output_eps).reshape({B, T, H * K});
+  auto gate = project(x, w.output_gate);                                         // [B,T,H*K]
+  if (fused) {
+    o = rms_norm_gated_fused(o, at::sigmoid(gate.to(acc)), w.output_norm.to(acc),
+                             d.output_eps, stream);
+  } else {
+    o = rms_norm_gated(o.to(stream).transpose(1, 2), gate.view({B, T, H, K}), w.output_norm,
+                       d.output_eps)
+            .reshape({B, T, H * K});
+  }
   return project(o, w.output_proj);
 }
 

@@ -81,6 +81,16 @@ at::Tensor causal_conv_fused(const at::Tensor& x_BTC, const at::Tensor& w_CJ);
 at::Tensor heads_fused(const at::Tensor& a_BTC, int64_t n_heads, bool l2, double eps,
                        double scale);
 
+// The stages after the prologue (kernels/kda_gates.h), Functions of the same kind.
+// decay_pre_fused: z = rate_h (pre + dt), pre_BTC in the stream dtype, dt_C and rate_H in acc,
+// -> z [B,H,T,K] in acc, bit for bit what the readable form computes before its sigmoid.
+// rms_norm_gated_fused: KimiRMSNormGated on the core's o_BHTK (acc, rounded to `stream` as the
+// cast does) with sg_BTC = sigmoid(gate) and w_K in acc -> [B,T,H*K] in `stream`.
+at::Tensor decay_pre_fused(const at::Tensor& pre_BTC, const at::Tensor& dt_C,
+                           const at::Tensor& rate_H);
+at::Tensor rms_norm_gated_fused(const at::Tensor& o_BHTK, const at::Tensor& sg_BTC,
+                                const at::Tensor& w_K, double eps, at::ScalarType stream);
+
 // Causal depthwise convolution with taps w_CJ: y_t = sum_j w_j x_{t-J+1+j} (zero history).
 // x_BTC -> y_BTC. Written as J shifted multiply-adds in tap order (a fixed reduction order).
 at::Tensor causal_depthwise_conv(const at::Tensor& x_BTC, const at::Tensor& w_CJ);
@@ -92,7 +102,8 @@ at::Tensor causal_depthwise_conv(const at::Tensor& x_BTC, const at::Tensor& w_CJ
 // with q scaled by K^-0.5, its output cast to the stream dtype; KimiRMSNormGated with
 // output_gate(x); output_proj. x_BTD -> y_BTD. With `--kda fused` on CPU the conv and the
 // q, k, v head step run as causal_conv_fused and heads_fused (in bf16 the conv then rounds
-// once, as torchtitan's fp32-accumulating conv does, instead of after every tap).
+// once, as torchtitan's fp32-accumulating conv does, instead of after every tap), and the
+// decay gate and output norm as decay_pre_fused and rms_norm_gated_fused.
 at::Tensor kda(const at::Tensor& x_BTD, const KdaWeights& w, const KdaDims& d);
 
 }  // namespace parity::kernels

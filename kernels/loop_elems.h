@@ -48,14 +48,36 @@ template <>
 inline uint16_t narrow<uint16_t>(float v) {
   uint32_t bits;
   std::memcpy(&bits, &v, sizeof bits);
-  if (v != v) return uint16_t(0x7FC0);
-  return uint16_t((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+  const auto rounded = uint16_t((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+  return v != v ? uint16_t(0x7FC0) : rounded;  // a select, not a branch: loops vectorise
 }
 
 // The rounding a value takes when stored in S and read back.
 template <class S>
 inline Acc<S> round_trip(Acc<S> v) {
   return widen<S>(narrow<S>(v));
+}
+
+// Sums along a vector: kLanes partial sums, then a fixed pairwise tree over them.
+constexpr int64_t kLanes = 16;
+
+template <class A>
+PARITY_INLINE A lane_tree(A* acc) {
+  for (int64_t w = kLanes / 2; w >= 1; w /= 2)
+    for (int64_t i = 0; i < w; ++i) acc[i] += acc[i + w];
+  return acc[0];
+}
+
+// sum_d x_d y_d in kLanes lanes (lane i takes d = i, i + kLanes, ...), then lane_tree: the
+// lanes are written out, so every vector clone adds in the same order as the scalar one.
+template <class A>
+PARITY_INLINE A dot(const A* x, const A* y, int64_t n) {
+  A acc[kLanes] = {};
+  int64_t d = 0;
+  for (; d + kLanes <= n; d += kLanes)
+    for (int64_t i = 0; i < kLanes; ++i) acc[i] += x[d + i] * y[d + i];
+  for (int64_t i = 0; d + i < n; ++i) acc[i] += x[d + i] * y[d + i];
+  return lane_tree(acc);
 }
 
 }  // namespace parity::kernels::loop_elems

@@ -1,6 +1,7 @@
 // Tests for Kimi Delta Attention (kernels/kda.h).
 //
-//   * The fused prologue (causal_conv_fused, heads_fused): tap order bitwise, gradients
+//   * The fused prologue (causal_conv_fused, heads_fused) and gates (decay_pre_fused,
+//     rms_norm_gated_fused): tap order and the decay's element-wise steps bitwise, gradients
 //     against autograd through the readable steps (fp64), thread-count free bitwise.
 //   * causal_depthwise_conv equals a hand-written loop in tap order, bitwise (fp32, bf16,
 //     fp64): the header promises that fixed reduction order.
@@ -732,6 +733,151 @@ TEST_P(KdaPrepBitwise, ThreadCountFree) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, KdaPrepBitwise, ::testing::Values(at::kFloat, at::kBFloat16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// ---------------------------------------------------------------------------------------
+// The fused gates (decay_pre_fused, rms_norm_gated_fused), which kda() runs with --kda fused.
+
+// Bitwise: the decay pre-activation is the readable rate (pre.to(acc) + dt) laid out as
+// [B,H,T,K], and its pre gradient is the readable (dz rate).to(dtype): the same element-wise
+// operations in the same order, in every dtype.
+class KdaGatesBitwise : public ::testing::TestWithParam<at::ScalarType> {};
+
+TEST_P(KdaGatesBitwise, DecayMatchesReadable) {
+  const auto dt = GetParam();
+  const auto acc = dt == at::kDouble ? at::kDouble : at::kFloat;
+  const int64_t B = 2, T = 9, H = 3, K = 20;
+  auto gen = at::detail::createCPUGenerator(410);
+  auto pre = at::randn({B, T, H * K}, gen, f64()).to(dt);
+  auto bias = at::randn({H * K}, gen, f64()).to(acc);
+  auto rate = at::exp(at::rand({H}, gen, f64()) * 2.7).to(acc);
+  auto dz = at::randn({B, H, T, K}, gen, f64()).to(acc);
+  auto p = pre.clone().requires_grad_(true);
+  auto z = k::decay_pre_fused(p, bias, rate);
+  ASSERT_EQ(z.scalar_type(), acc);
+  auto ref = (rate.repeat_interleave(K) * (pre.to(acc) + bias))
+                 .view({B, T, H, K})
+                 .permute({0, 2, 1, 3});
+  EXPECT_EQ(z.ne(ref).sum().item<int64_t>(), 0) << "z";
+  z.backward(dz);
+  auto dpre_ref = (dz.permute({0, 2, 1, 3}).reshape({B, T, H * K}) *
+                   rate.repeat_interleave(K))
+                      .to(dt);
+  EXPECT_EQ(p.grad().ne(dpre_ref).sum().item<int64_t>(), 0) << "d pre";
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, KdaGatesBitwise,
+                         ::testing::Values(at::kFloat, at::kBFloat16, at::kDouble),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// The decay gradients of dt and rate, which sum over tokens, against autograd through the
+// readable expression (fp64). Bound, element by element: d dt_c sums B T products dz rate and
+// d rate_h sums B T K products dz x, in different orders in the two evaluations, so they
+// differ by at most 2 gamma_n (n = B T K, the longer) times the sums of |terms|.
+TEST(KdaGates, DecayParameterGradientsFp64) {
+  const int64_t B = 2, T = 9, H = 3, K = 20;
+  auto gen = at::detail::createCPUGenerator(411);
+  auto pre = at::randn({B, T, H * K}, gen, f64()), bias = at::randn({H * K}, gen, f64());
+  auto rate = at::exp(at::rand({H}, gen, f64()) * 2.7);
+  auto R = at::randn({B, H, T, K}, gen, f64());
+  auto fused = value_and_grads(
+      [](auto& a) { return k::decay_pre_fused(a[0], a[1], a[2]); }, {pre, bias, rate}, R);
+  auto readable = value_and_grads(
+      [&](auto& a) {
+        return (a[2].repeat_interleave(K) * (a[0] + a[1])).view({B, T, H, K}).permute({0, 2, 1, 3});
+      },
+      {pre, bias, rate}, R);
+  auto Rt = R.permute({0, 2, 1, 3}).reshape({B, T, H * K}).abs();               // |dz|
+  auto x = (pre + bias).abs();
+  auto dt_size = (Rt * rate.repeat_interleave(K)).sum(0).sum(0);                 // [H*K]
+  auto rate_size = (Rt * x).sum(0).sum(0).view({H, K}).sum(1);                   // [H]
+  const double g = 2 * gamma(double(B * T * K), kU64);
+  EXPECT_LE(((fused[2] - readable[2]).abs() - g * dt_size).max().item<double>(), 0.0) << "d dt";
+  EXPECT_LE(((fused[3] - readable[3]).abs() - g * rate_size).max().item<double>(), 0.0)
+      << "d rate";
+  EXPECT_TRUE(fused[1].equal(readable[1])) << "d pre";
+}
+
+// rms_norm_gated_fused against the readable rms_norm_gated (fp64), forward and the gradients
+// of o, gate and w. Bound, per row (b, t, head), first order in u: each evaluation forms
+// r = (sum x^2 / K + eps)^(-1/2) within (K + 4) u (a K-long sum in its own order, the divide,
+// the add, the square root and its reciprocal) and n = x r w sg within (K + 8) u, so
+//   y:      |diff| <= 2 (K + 8) u |y|;
+//   dsg:    dy n, the same: 2 (K + 8) u |dy n|, and d gate = dsg s (1 - s) within that too;
+//   do_j = r w_j dn_j - x_j r^3 c / K, c = sum_k dn_k w_k x_k: both terms are at most
+//          r W, W = sum_k |w_k dn_k| (|x_k r| <= sqrt K), each within (K + 10) u, so
+//          |diff| <= 4 (K + 10) u r W;
+//   dw_k:   a sum over the N = B T H rows of dn_k x_k r in different orders, each term within
+//          (K + 8) u: |diff| <= 2 (N + K + 8) u sum_rows |dn_k x_k r|.
+TEST(KdaGates, NormMatchesReadableFp64) {
+  const int64_t B = 2, T = 7, H = 3, K = 24;
+  const double eps = 1e-5, u = kU64;
+  auto gen = at::detail::createCPUGenerator(412);
+  auto o = at::randn({B, H, T, K}, gen, f64()), gate = at::randn({B, T, H * K}, gen, f64());
+  auto w = 1.0 + 0.2 * at::randn({K}, gen, f64());
+  auto R = at::randn({B, T, H * K}, gen, f64());
+  auto fused = value_and_grads(
+      [&](auto& a) {
+        return k::rms_norm_gated_fused(a[0], at::sigmoid(a[1]), a[2], eps, at::kDouble);
+      },
+      {o, gate, w}, R);
+  auto readable = value_and_grads(
+      [&](auto& a) {
+        return k::rms_norm_gated(a[0].transpose(1, 2), a[1].view({B, T, H, K}), a[2], eps)
+            .reshape({B, T, H * K});
+      },
+      {o, gate, w}, R);
+  auto x = o.transpose(1, 2);                                                   // [B,T,H,K]
+  auto r = 1.0 / at::sqrt(x.pow(2).mean(-1, true) + eps);                       // [B,T,H,1]
+  auto s = at::sigmoid(gate.view({B, T, H, K}));
+  auto n = x * r * w;
+  auto dy = R.view({B, T, H, K});
+  auto dn = dy * s;
+  auto check = [](const at::Tensor& diff, const at::Tensor& bound, const char* what) {
+    EXPECT_LE((diff.abs() - bound).max().item<double>(), 0.0) << what;
+  };
+  const double rows = double(B * T * H);
+  check(fused[0] - readable[0], 2 * (K + 8) * u * (n * s).abs().reshape({B, T, H * K}), "y");
+  check((fused[1] - readable[1]).transpose(1, 2),
+        4 * (K + 10) * u * r * (w * dn).abs().sum(-1, true), "d o");
+  check(fused[2] - readable[2], 2 * (K + 8) * u * (dy * n).abs().reshape({B, T, H * K}),
+        "d gate");
+  check(fused[3] - readable[3], 2 * (rows + K + 8) * u * (dn * x * r).abs().reshape({-1, K}).sum(0),
+        "d w");
+}
+
+// Bitwise: the gates' forward and gradients do not depend on the thread count (each head of
+// the decay and each row of the norm is one loop iteration; dw sums its rows in order), fp32
+// and bf16, at debugmodel width so that the work splits.
+class KdaGatesThreadsBitwise : public ::testing::TestWithParam<at::ScalarType> {};
+
+TEST_P(KdaGatesThreadsBitwise, ThreadCountFree) {
+  const auto dt = GetParam();
+  const int64_t B = 2, T = 40, H = 4, K = 128;
+  auto gen = at::detail::createCPUGenerator(413);
+  auto pre = at::randn({B, T, H * K}, gen, f64()).to(dt);
+  auto bias = at::randn({H * K}, gen, f64()).to(at::kFloat);
+  auto rate = at::exp(at::rand({H}, gen, f64())).to(at::kFloat);
+  auto gate = at::randn({B, T, H * K}, gen, f64()).to(at::kFloat);
+  auto w = (1.0 + 0.2 * at::randn({K}, gen, f64())).to(at::kFloat);
+  auto R = at::randn({B, T, H * K}, gen, f64());
+  auto run = [&] {
+    return value_and_grads(
+        [&](auto& in) {
+          auto z = at::sigmoid(k::decay_pre_fused(in[0], in[1], in[2]));  // stands in for o
+          return k::rms_norm_gated_fused(z, at::sigmoid(in[3]), in[4], 1e-5, dt);
+        },
+        {pre, bias, rate, gate, w}, R);
+  };
+  auto one = run();
+  parity::kernels::pin_threads(2);
+  auto two = run();
+  parity::kernels::pin_threads(1);
+  for (size_t i = 0; i < one.size(); ++i)
+    EXPECT_TRUE(one[i].equal(two[i])) << "output/gradient " << i << " differs";
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, KdaGatesThreadsBitwise, ::testing::Values(at::kFloat, at::kBFloat16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 }  // namespace

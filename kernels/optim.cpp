@@ -1,12 +1,15 @@
 #include "kernels/optim.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cmath>
 #include <map>
 
+#include "kernels/adamw_loop.h"
 #include "kernels/config.h"
+#include "kernels/loop_tensors.h"
 #include "kernels/precision.h"
 
 namespace parity::kernels {
@@ -48,6 +51,28 @@ AdamW::AdamW(AdamWConfig cfg, const std::vector<at::Tensor>& params) : cfg_(cfg)
   }
 }
 
+namespace {
+
+// The step of one parameter as adamw_loop's element loop; false (nothing done) where the
+// loop does not apply: off the CPU, another dtype, or a strided tensor.
+bool loop_step(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v,
+               const adamw_loop::Constants& c) {
+  const auto t = p.scalar_type();
+  for (const at::Tensor* x : std::initializer_list<const at::Tensor*>{&p, &g, &m, &v})
+    if (!x->is_cpu() || x->scalar_type() != t || !x->is_contiguous()) return false;
+  if (!loop_tensors::loop_dtype(t) || g.sizes() != p.sizes()) return false;
+  loop_tensors::on_loop_type(t, "the AdamW loop", [&](auto tag) {
+    using S = decltype(tag);
+    using loop_tensors::elems;
+    at::parallel_for(0, p.numel(), 1 << 14, [&](int64_t i0, int64_t i1) {
+      adamw_loop::update(c, elems<S>(p), elems<S>(g), elems<S>(m), elems<S>(v), i0, i1);
+    });
+  });
+  return true;
+}
+
+}  // namespace
+
 void AdamW::step(std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
                  int64_t step, const std::vector<bool>& frozen) {
   at::NoGradGuard no_grad;
@@ -56,9 +81,12 @@ void AdamW::step(std::vector<at::Tensor>& params, const std::vector<at::Tensor>&
   const double bc2 = 1.0 - std::pow(cfg_.beta2, static_cast<double>(step));
   const double step_size = lr / bc1;
   const double bc2_sqrt = std::sqrt(bc2);
+  const adamw_loop::Constants c{1.0 - lr * cfg_.weight_decay, 1.0 - cfg_.beta1, cfg_.beta2,
+                                1.0 - cfg_.beta2, bc2_sqrt, cfg_.eps, -step_size};
   for (size_t i = 0; i < params.size(); ++i) {
     if (i < frozen.size() && frozen[i]) continue;
     auto& p = params[i];
+    if (cfg_.loop && loop_step(p, grads[i], m_[i], v_[i], c)) continue;
     const auto acc = accum_dtype(p.scalar_type());
     // Read once in acc, update out of place, write once: a bf16 parameter or state is rounded
     // once per step. The op sequence is torch's AdamW (decoupled decay as a multiply, lerp

@@ -30,6 +30,10 @@ struct AdamWConfig {
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.1;  // on every parameter: torchtitan's one param group, pattern .*
+  // On CPU, run each contiguous fp32, fp64 or bf16 parameter's step as one element loop
+  // (kernels/adamw_loop.h) instead of the readable ATen op sequence; both compute the same
+  // sequence per element.
+  bool loop = true;
 };
 
 double learning_rate(const AdamWConfig& c, int64_t step);

@@ -1,0 +1,30 @@
+// One AdamW step as a single loop over a parameter's elements (no torch), which AdamW::step
+// runs on CPU. Per element, in the accumulation type A (fp32 for bf16, else the element type),
+// with every constant rounded to A first, it performs torch's single-tensor AdamW sequence:
+//
+//   p = p * decay                                   (decay = 1 - lr wd)
+//   m = lerp(m, g, 1 - beta1)                       (torch's two-sided lerp formula)
+//   v = v * beta2 + ((1 - beta2) g) g               (addcmul)
+//   p = p + ((-step_size) m) / (sqrt(v) / bc2_sqrt + eps)   (addcdiv)
+//
+// and stores p, m and v once each. Built without FMA contraction; the elements are
+// independent, so the bits depend neither on the range split nor on the vector ISA.
+#pragma once
+
+#include <cstdint>
+
+namespace parity::kernels::adamw_loop {
+
+struct Constants {
+  double decay, lerp_weight, beta2, one_minus_beta2, bc2_sqrt, eps, neg_step_size;
+};
+
+// Elements [i0, i1) of p, g, m, v (one dtype: fp32, fp64, or bf16 as its 16 bits).
+void update(const Constants& c, float* p, const float* g, float* m, float* v, int64_t i0,
+            int64_t i1);
+void update(const Constants& c, double* p, const double* g, double* m, double* v, int64_t i0,
+            int64_t i1);
+void update(const Constants& c, uint16_t* p, const uint16_t* g, uint16_t* m, uint16_t* v,
+            int64_t i0, int64_t i1);
+
+}  // namespace parity::kernels::adamw_loop

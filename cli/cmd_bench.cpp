@@ -1,4 +1,4 @@
-// parity bench --what reference|step|pipelined|kda|compare|gemm: throughput figures (harness/bench.h).
+// parity bench --what reference|step|pipelined|ratio|kda|compare|gemm: throughput figures (harness/bench.h).
 #include <memory>
 
 #include "cli/commands.h"
@@ -11,7 +11,9 @@ namespace parity::cli {
 Command add_bench_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "measure throughput (reference steps, KDA forms, GEMM peak)");
   auto o = std::make_shared<harness::BenchOptions>();
-  cmd->add_option("--what", o->what, "reference (or step), pipelined, kda, compare or gemm")
+  cmd->add_option("--what", o->what,
+                  "reference (or step), pipelined, ratio (pipelined / reference), kda, compare "
+                  "or gemm")
       ->capture_default_str();
   add_run_options(*cmd, o->run);
   cmd->add_option("--warmup-steps", o->warmup_steps, "unmeasured steps first")
@@ -21,6 +23,10 @@ Command add_bench_command(CLI::App& app) {
   cmd->add_flag("--breakdown", o->breakdown,
                  "reference/step/pipelined: time per op family, the step's FLOPs, the achieved "
                  "GFLOP/s and the GEMM peak measured in the same run");
+  cmd->add_option("--rounds", o->rounds,
+                  "--what ratio: reference + pipelined pairs run back to back; the median "
+                  "pair's ratio is reported")
+      ->capture_default_str()->check(integer_in(1, 100));
   cmd->add_option("--a", o->a, "--what compare: the first dump")->check(non_empty_path());
   cmd->add_option("--b", o->b, "--what compare: the second dump")->check(non_empty_path());
   return {cmd, [o] {
@@ -28,11 +34,12 @@ Command add_bench_command(CLI::App& app) {
               return harness::bench_trainer(*o);
             if (o->breakdown)
               throw UsageError("--breakdown goes with --what step, reference or pipelined");
+            if (o->what == "ratio") return harness::bench_ratio(*o);
             if (o->what == "kda") return harness::bench_kda(*o);
             if (o->what == "compare") return harness::bench_compare(*o);
             if (o->what == "gemm") return harness::bench_gemm(*o);
             throw UsageError("unknown --what '" + o->what +
-                             "'; use reference, step, pipelined, kda, compare or gemm");
+                             "'; use reference, step, pipelined, ratio, kda, compare or gemm");
           }};
 }
 

@@ -225,6 +225,44 @@ int bench_trainer(BenchOptions o) {
   return 0;
 }
 
+int bench_ratio(BenchOptions o) {
+  if (o.run.nproc > 0)
+    throw UsageError("--what ratio times the in-process pipeline against the reference: drop "
+                     "--nproc");
+  o.run.steps = o.warmup_steps + o.measured_steps;
+  const std::string shape = "pp" + std::to_string(o.run.pp) + "xvp" + std::to_string(o.run.vp) +
+                            " cache " + o.run.cache;
+  std::fprintf(stderr, "bench ratio: %s / reference, %s %s, %d round(s) of %d warm-up + %d "
+               "measured steps each, %d thread(s)\n", shape.c_str(), o.run.flavor.c_str(),
+               o.run.dtype.c_str(), o.rounds, o.warmup_steps, o.measured_steps, o.run.threads);
+  // The reference reads the pipeline's shape only for the per-rank norm; it runs no schedule.
+  RunOptions reference = o.run;
+  reference.schedule.clear();
+  if (reference.clip_order != "per-rank") {
+    reference.pp = reference.vp = 1;
+    reference.split.clear();
+  }
+  auto median_ms = [&](const std::string& trainer) {
+    StepTimes times;
+    run_trainer(trainer, trainer == "reference" ? reference : o.run, times,
+                [](const pipelined::PipelineStats&) {});
+    std::vector<double> measured(times.seconds.begin() + o.warmup_steps, times.seconds.end());
+    return median(measured) * 1e3;
+  };
+  std::printf("%-12s %-6s %-24s %6s %14s %14s %8s\n", "flavor", "dtype", "pipelined", "round",
+              "reference ms", "pipelined ms", "ratio");
+  std::vector<double> ratios;
+  for (int r = 1; r <= o.rounds; ++r) {
+    const double ref = median_ms("reference"), pipe = median_ms("pipelined");
+    ratios.push_back(pipe / ref);
+    std::printf("%-12s %-6s %-24s %6d %14.1f %14.1f %8.3f\n", o.run.flavor.c_str(),
+                o.run.dtype.c_str(), shape.c_str(), r, ref, pipe, pipe / ref);
+    std::fflush(stdout);
+  }
+  std::printf("ratio (median of %d rounds): %.3f\n", o.rounds, median(ratios));
+  return 0;
+}
+
 // Reads two dumps (files in the page cache after the first read) and compares every tensor:
 // the rate is bytes of tensor data per side over the comparison's wall time.
 int bench_compare(const BenchOptions& o) {

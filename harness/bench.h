@@ -26,10 +26,15 @@ struct BenchOptions {
   int measured_steps = 5;
   std::string a, b;  // what = compare: the two dumps
   bool breakdown = false;  // what = reference, step or pipelined (in-process)
+  int rounds = 3;          // what = ratio: reference + pipelined pairs
 };
 
 // Each prints its table on stdout (progress on stderr) and returns the exit code.
 int bench_trainer(BenchOptions o);  // what = reference, step or pipelined
+// what = ratio: the in-process pipelined / reference step-time ratio, from `rounds` pairs of
+// runs back to back (reference, then pipelined), each the median of its measured steps; the
+// pairs cancel the machine's slow drift, and the median over pairs its outliers.
+int bench_ratio(BenchOptions o);
 int bench_kda(const BenchOptions& o);
 int bench_compare(const BenchOptions& o);
 int bench_gemm(const BenchOptions& o);

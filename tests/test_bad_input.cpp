@@ -245,6 +245,9 @@ const std::vector<Case>& cases() {
       {"BenchBreakdownWithKda", "bench --what kda --breakdown", "--breakdown goes with --what step"},
       {"BenchBreakdownMultiProcess", "bench --what pipelined --pp 2 --nproc 2 --breakdown --flavor tiny",
        "--breakdown times one process"},
+      {"BenchRatioMultiProcess", "bench --what ratio --pp 2 --nproc 2 --flavor tiny",
+       "--what ratio times the in-process pipeline"},
+      {"BenchRatioRoundsZero", "bench --what ratio --rounds 0", "--rounds: 0 is out of range"},
       {"BenchThreadsHuge", "bench --threads 100000", "--threads: 100000 is out of range"},
       // ---- init and model
       {"InitOutEmpty", "init --flavor tiny --out ''", "--out: the path is empty"},

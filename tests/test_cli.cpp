@@ -8,10 +8,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -481,6 +483,38 @@ TEST_F(Cli, BytesSentBetweenProcessesAreTheInProcessFigures) {
     EXPECT_EQ(tail(mp.out), tail(ip.out)) << mp.out << ip.out;
     EXPECT_NE(tail(ip.out).first, "0");
   }
+}
+
+// bench --what ratio: one row per round whose ratio is its pipelined / reference columns,
+// and the median of those ratios (the figures are the machine's, never asserted).
+TEST_F(Cli, BenchRatioPrintsEachRoundAndTheMedian) {
+  auto r = run("bench --what ratio --flavor tiny --seq-len 16 --pp 2 --vp 2 --rounds 3 "
+               "--warmup-steps 0 --measured-steps 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::stringstream ss(r.out);
+  std::string line;
+  std::getline(ss, line);
+  EXPECT_EQ(line.rfind("flavor", 0), 0u) << line;
+  std::vector<double> ratios;
+  for (int round = 1; round <= 3; ++round) {
+    ASSERT_TRUE(std::getline(ss, line)) << r.out;
+    std::stringstream row(line);
+    std::string flavor, dtype, pp, cache, on;
+    int n = 0;
+    double ref = 0, pipe = 0, ratio = 0;
+    row >> flavor >> dtype >> pp >> cache >> on >> n >> ref >> pipe >> ratio;
+    EXPECT_EQ(flavor, "tiny") << line;
+    EXPECT_EQ(pp, "pp2xvp2") << line;
+    EXPECT_EQ(n, round) << line;
+    ASSERT_GT(ref, 0) << line;
+    EXPECT_NEAR(ratio, pipe / ref, 1e-3 + 1e-3 * ratio) << line;  // printed to 3 decimals
+    ratios.push_back(ratio);
+  }
+  ASSERT_TRUE(std::getline(ss, line)) << r.out;
+  std::sort(ratios.begin(), ratios.end());
+  std::stringstream want;
+  want << "ratio (median of 3 rounds): " << std::fixed << std::setprecision(3) << ratios[1];
+  EXPECT_EQ(line, want.str());
 }
 
 // bench --what gemm: one row per size, n and the rate consistent with 2 n^3 flops per product

@@ -115,13 +115,6 @@ PARITY_INLINE void norm_bwd(const Shape& s, const Acc<S>* o, const Acc<S>* sg, c
   }
 }
 
-template <class A>
-PARITY_INLINE void sum_rows_impl(const A* rows, int64_t N, int64_t K, A* out) {
-  for (int64_t k = 0; k < K; ++k) out[k] = 0;
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t k = 0; k < K; ++k) out[k] += rows[n * K + k];
-}
-
 }  // namespace
 
 PARITY_CLONES void decay_forward(const Shape& s, const float* pre, const float* dt,
@@ -186,10 +179,10 @@ PARITY_CLONES void norm_backward(const Shape& s, const float* o, const float* sg
 }
 
 PARITY_CLONES void sum_rows(const float* rows, int64_t N, int64_t K, float* out) {
-  sum_rows_impl(rows, N, K, out);
+  loop_elems::sum_rows(rows, N, K, out);
 }
 PARITY_CLONES void sum_rows(const double* rows, int64_t N, int64_t K, double* out) {
-  sum_rows_impl(rows, N, K, out);
+  loop_elems::sum_rows(rows, N, K, out);
 }
 
 }  // namespace parity::kernels::kda_gates

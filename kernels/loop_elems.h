@@ -80,4 +80,12 @@ PARITY_INLINE A dot(const A* x, const A* y, int64_t n) {
   return lane_tree(acc);
 }
 
+// out[k] = sum of rows[n*K + k] over n = 0..N-1 ascending: a column sum in row order.
+template <class A>
+PARITY_INLINE void sum_rows(const A* rows, int64_t N, int64_t K, A* out) {
+  for (int64_t k = 0; k < K; ++k) out[k] = 0;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) out[k] += rows[n * K + k];
+}
+
 }  // namespace parity::kernels::loop_elems

@@ -1,16 +1,73 @@
 #include "kernels/ops.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/csrc/autograd/custom_function.h>
 
+#include "kernels/loop_tensors.h"
+#include "kernels/norm_loops.h"
 #include "kernels/precision.h"
 
 namespace parity::kernels {
 
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
+at::Tensor rms_norm_ops(const at::Tensor& x, const at::Tensor& w, double eps) {
   const auto acc = accum_dtype(x.scalar_type());
   auto xf = x.to(acc);
   auto normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
   return normed.to(x.scalar_type()) * w;
+}
+
+namespace {
+
+using namespace loop_tensors;
+
+// norm_loops' RMSNorm as an autograd Function: x [N,D] and w [D] of one dtype.
+struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x_in,
+                            const at::Tensor& w_in, double eps) {
+    auto x = x_in.contiguous(), w = w_in.contiguous();
+    const int64_t D = x.size(-1), N = x.numel() / D;
+    auto y = at::empty_like(x);
+    auto r = at::empty({N}, x.options().dtype(accum_dtype(x.scalar_type())));
+    on_loop_type(x.scalar_type(), "the RMSNorm loop", [&](auto tag) {
+      using S = decltype(tag);
+      at::parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) {
+        norm_loops::forward(D, elems<S>(x), elems<S>(w), eps, elems<S>(y),
+                            r.data_ptr<Acc<S>>(), n0, n1);
+      });
+    });
+    ctx->save_for_backward({x, w, r});
+    return y;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &x = saved[0], &w = saved[1], &r = saved[2];
+    const int64_t D = x.size(-1), N = x.numel() / D;
+    auto dy = grads[0].to(x.scalar_type()).contiguous();
+    auto dx = at::empty_like(x), dw = at::empty_like(w);
+    auto dw_rows = at::empty({N, D}, r.options());
+    on_loop_type(x.scalar_type(), "the RMSNorm loop", [&](auto tag) {
+      using S = decltype(tag);
+      using A = Acc<S>;
+      at::parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) {
+        norm_loops::backward(D, elems<S>(x), elems<S>(w), r.data_ptr<A>(), elems<S>(dy),
+                             elems<S>(dx), dw_rows.data_ptr<A>(), n0, n1);
+      });
+      norm_loops::sum_rows(dw_rows.data_ptr<A>(), N, D, elems<S>(dw));
+    });
+    return {dx, dw, at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
+  const bool loop = x.is_cpu() && w.is_cpu() && loop_dtype(x.scalar_type()) &&
+                    w.scalar_type() == x.scalar_type() && w.dim() == 1 && x.dim() >= 1 &&
+                    x.size(-1) == w.size(0) && x.numel() > 0;
+  return loop ? RmsNormFunction::apply(x, w, eps) : rms_norm_ops(x, w, eps);
 }
 
 at::Tensor project(const at::Tensor& x, const at::Tensor& w) { return at::matmul(x, w.t()); }

@@ -9,8 +9,12 @@ namespace parity::kernels {
 
 // y = w * (x * rsqrt(mean(x^2, -1) + eps)). The statistics and the normalisation run in acc;
 // the normalised value is cast back to x's dtype, then scaled by w (w in x's dtype).
-// x_sD: any leading shape, last dim D. w_D.
+// x_sD: any leading shape, last dim D. w_D. On CPU, with x and w of one dtype (fp32, fp64 or
+// bf16), it runs as kernels/norm_loops.h's loops in an autograd Function (the same roundings,
+// sums in a fixed order); elsewhere as rms_norm_ops.
 at::Tensor rms_norm(const at::Tensor& x_sD, const at::Tensor& w_D, double eps);
+// The same as ATen ops (the readable form, and the form on CUDA).
+at::Tensor rms_norm_ops(const at::Tensor& x_sD, const at::Tensor& w_D, double eps);
 
 // y = x @ w^T. x_sI, w_OI -> y_sO.
 at::Tensor project(const at::Tensor& x_sI, const at::Tensor& w_OI);

@@ -1,4 +1,5 @@
-// Tests for the ops (kernels/ops.h): rms_norm, cross_entropy_sum, causal_attention, SiTU-GLU,
+// Tests for the ops (kernels/ops.h): rms_norm (and its loop against the ATen form),
+// cross_entropy_sum, causal_attention, SiTU-GLU,
 // the L2 normalisation and KimiRMSNormGated against scalar loops of their formulas
 // (tolerance); fp64 finite-difference gradient checks of the SiTU-GLU FFN and
 // KimiRMSNormGated; embed_tokens is a gather (bitwise).
@@ -85,6 +86,106 @@ TEST_P(RmsNorm, MatchesFormula) {
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, RmsNorm,
                          ::testing::Values(at::kFloat, at::kBFloat16, at::kDouble),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// The value of sum(f(x, w) * R) and its gradients w.r.t. x and w.
+std::vector<at::Tensor> norm_and_grads(
+    const std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>& f,
+    const at::Tensor& x, const at::Tensor& w, const at::Tensor& R) {
+  auto xl = x.detach().clone().requires_grad_(true), wl = w.detach().clone().requires_grad_(true);
+  auto y = f(xl, wl);
+  (y.to(at::kDouble) * R).sum().backward();
+  return {y.detach(), xl.grad(), wl.grad()};
+}
+
+// rms_norm (the loop Function on CPU) against rms_norm_ops (ATen), fp64, forward and both
+// gradients. Bound, per row, first order in u: each evaluation forms r within (D + 4) u (a
+// D-long sum in its own order, the divide, the add, the root and its reciprocal), so
+//   y:   |diff| <= 2 (D + 6) u |y|;
+//   dx_j = r dn_j - x_j r^3 c / D, dn = dy w, c = sum_k dn_k x_k: both terms are at most
+//        r sum_k |dn_k| (|x_k r| <= sqrt D), each within (D + 10) u: 4 (D + 10) u r sum|dn|;
+//   dw_k: a sum over the N rows of dy_k n_k in different orders, each term within (D + 6) u:
+//        2 (N + D + 6) u sum_rows |dy_k n_k|.
+TEST(RmsNormLoop, MatchesOpsFp64) {
+  const int64_t N = 12, D = 40;
+  const double eps = 1e-6, u = kU64;
+  auto gen = at::detail::createCPUGenerator(31);
+  auto x = at::randn({3, N / 3, D}, gen, f64()) * 2.0;
+  auto w = 1.0 + 0.2 * at::randn({D}, gen, f64());
+  auto R = at::randn({3, N / 3, D}, gen, f64());
+  auto loop = norm_and_grads([&](auto& a, auto& b) { return k::rms_norm(a, b, eps); }, x, w, R);
+  auto ops = norm_and_grads([&](auto& a, auto& b) { return k::rms_norm_ops(a, b, eps); }, x, w, R);
+  auto r = 1.0 / at::sqrt(x.pow(2).mean(-1, true) + eps);
+  auto n = x * r;
+  auto within = [](const at::Tensor& diff, const at::Tensor& bound) {
+    return (diff.abs() - bound).max().item<double>() <= 0.0;
+  };
+  EXPECT_TRUE(within(loop[0] - ops[0], 2 * (D + 6) * u * (n * w).abs())) << "y";
+  EXPECT_TRUE(within(loop[1] - ops[1], 4 * (D + 10) * u * r * (R * w).abs().sum(-1, true)))
+      << "dx";
+  EXPECT_TRUE(within(loop[2] - ops[2],
+                     2 * (N + D + 6) * u * (R * n).abs().reshape({-1, D}).sum(0)))
+      << "dw";
+}
+
+// In bf16 and fp32 the loop rounds where rms_norm_ops' autograd does (the normalised row, the
+// product with w; dy w and dy n before use), so the two differ only through r and the sums'
+// order: within the fp64 bound above with u = 2^-24, plus one spacing of the element type
+// wherever a rounding of nearly equal values falls on different sides (2 u_S |value|).
+class RmsNormLoopDtypes : public ::testing::TestWithParam<at::ScalarType> {};
+
+TEST_P(RmsNormLoopDtypes, MatchesOps) {
+  const auto dt = GetParam();
+  const int64_t N = 12, D = 40;
+  const double eps = 1e-6, u = kU32, us = dt == at::kBFloat16 ? kUbf16 : kU32;
+  auto gen = at::detail::createCPUGenerator(32);
+  auto x = (at::randn({N, D}, gen, f64()) * 2.0).to(dt);
+  auto w = (1.0 + 0.2 * at::randn({D}, gen, f64())).to(dt);
+  auto R = at::randn({N, D}, gen, f64());
+  auto loop = norm_and_grads([&](auto& a, auto& b) { return k::rms_norm(a, b, eps); }, x, w, R);
+  auto ops = norm_and_grads([&](auto& a, auto& b) { return k::rms_norm_ops(a, b, eps); }, x, w, R);
+  auto xd = x.to(at::kDouble), wd = w.to(at::kDouble), Rs = R.to(dt).to(at::kDouble);
+  auto r = 1.0 / at::sqrt(xd.pow(2).mean(-1, true) + eps);
+  auto n = xd * r;
+  auto y_ref = (n * wd).abs();
+  auto dx_size = r * (Rs * wd).abs().sum(-1, true);
+  auto dw_size = (Rs * n).abs().sum(0);
+  auto check = [](const at::Tensor& a, const at::Tensor& b, const at::Tensor& bound,
+                  const char* what) {
+    auto diff = (a.to(at::kDouble) - b.to(at::kDouble)).abs();
+    EXPECT_LE((diff - bound).max().item<double>(), 0.0) << what;
+  };
+  check(loop[0], ops[0], (2 * (D + 6) * u + 4 * us) * y_ref, "y");
+  check(loop[1], ops[1], (4 * (D + 10) * u + 8 * us) * dx_size, "dx");
+  check(loop[2], ops[2], (2 * (N + D + 6) * u + 4 * us) * dw_size, "dw");
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, RmsNormLoopDtypes, ::testing::Values(at::kFloat, at::kBFloat16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// Bitwise: the loop's forward and gradients do not depend on the thread count (each row is
+// one loop iteration; dw sums its rows in order).
+class RmsNormLoopThreadsBitwise : public ::testing::TestWithParam<at::ScalarType> {};
+
+TEST_P(RmsNormLoopThreadsBitwise, ThreadCountFree) {
+  const auto dt = GetParam();
+  auto gen = at::detail::createCPUGenerator(33);
+  auto x = at::randn({2, 300, 256}, gen, f64()).to(dt);
+  auto w = (1.0 + 0.2 * at::randn({256}, gen, f64())).to(dt);
+  auto R = at::randn({2, 300, 256}, gen, f64());
+  auto run = [&] {
+    return norm_and_grads([](auto& a, auto& b) { return k::rms_norm(a, b, 1e-6); }, x, w, R);
+  };
+  auto one = run();
+  k::pin_threads(2);
+  auto two = run();
+  k::pin_threads(1);
+  for (size_t i = 0; i < one.size(); ++i)
+    EXPECT_TRUE(one[i].equal(two[i])) << "output/gradient " << i << " differs";
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, RmsNormLoopThreadsBitwise,
+                         ::testing::Values(at::kFloat, at::kBFloat16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 // ---------------------------------------------------------------------------------------

@@ -173,10 +173,14 @@ void print_breakdown(const BenchOptions& o, const StepTimes& times) {
   std::fflush(stdout);
 }
 
+// The median of the steps after the warm-up ones, in ms.
+double measured_ms(const BenchOptions& o, const StepTimes& times) {
+  return median({times.seconds.begin() + o.warmup_steps, times.seconds.end()}) * 1e3;
+}
+
 void print_bench(const BenchOptions& o, bool pipe, const std::string& shape,
                  const StepTimes& times, const pipelined::PipelineStats& stats) {
-  std::vector<double> measured(times.seconds.begin() + o.warmup_steps, times.seconds.end());
-  const double ms = median(measured) * 1e3;
+  const double ms = measured_ms(o, times);
   std::printf("%-12s %-6s %-24s %12s %12s %12s", "flavor", "dtype", "trainer", "ms/step",
               "tokens/s", "peak RSS MiB");
   if (pipe) std::printf(" %14s %14s", "fwd B/mb", "bwd B/mb");
@@ -246,8 +250,7 @@ int bench_ratio(BenchOptions o) {
     StepTimes times;
     run_trainer(trainer, trainer == "reference" ? reference : o.run, times,
                 [](const pipelined::PipelineStats&) {});
-    std::vector<double> measured(times.seconds.begin() + o.warmup_steps, times.seconds.end());
-    return median(measured) * 1e3;
+    return measured_ms(o, times);
   };
   std::printf("%-12s %-6s %-24s %6s %14s %14s %8s\n", "flavor", "dtype", "pipelined", "round",
               "reference ms", "pipelined ms", "ratio");

@@ -14,6 +14,7 @@
 #include "kernels/kda_gates.h"
 #include "kernels/kda_prep.h"
 #include "kernels/loop_tensors.h"
+#include "kernels/norm_loops.h"
 #include "kernels/ops.h"
 #include "kernels/precision.h"
 
@@ -384,7 +385,7 @@ struct GatedNormFunction : torch::autograd::Function<GatedNormFunction> {
                                  r.data_ptr<A>(), elems<S>(dy), d_o.data_ptr<A>(),
                                  dsg.data_ptr<A>(), dw_rows.data_ptr<A>(), n0, n1);
       });
-      kda_gates::sum_rows(dw_rows.data_ptr<A>(), rows, s.K, dw.data_ptr<A>());
+      norm_loops::sum_rows(dw_rows.data_ptr<A>(), rows, s.K, dw.data_ptr<A>());
     });
     return {d_o, dsg, dw, at::Tensor(), at::Tensor()};
   }

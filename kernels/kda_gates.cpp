@@ -178,11 +178,4 @@ PARITY_CLONES void norm_backward(const Shape& s, const float* o, const float* sg
   norm_bwd<uint16_t>(s, o, sg, w, r, dy, d_o, dsg, dw_rows, n0, n1);
 }
 
-PARITY_CLONES void sum_rows(const float* rows, int64_t N, int64_t K, float* out) {
-  loop_elems::sum_rows(rows, N, K, out);
-}
-PARITY_CLONES void sum_rows(const double* rows, int64_t N, int64_t K, double* out) {
-  loop_elems::sum_rows(rows, N, K, out);
-}
-
 }  // namespace parity::kernels::kda_gates

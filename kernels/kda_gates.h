@@ -54,7 +54,8 @@ void norm_forward(const Shape& s, const float* o, const float* sg, const float* 
                   uint16_t* y, float* r, int64_t n0, int64_t n1);
 
 // Rows [n0, n1) of the gradients of sum(y * dy): do [B,H,T,K] (rounded to S and back, as the
-// gradient of o.to(S) is), dsg [B,T,H*K], and each row's share of dw in dw_rows [B*T*H, K].
+// gradient of o.to(S) is), dsg [B,T,H*K], and each row's share of dw in dw_rows [B*T*H, K]
+// (summed in row order by norm_loops::sum_rows).
 void norm_backward(const Shape& s, const float* o, const float* sg, const float* w,
                    const float* r, const float* dy, float* d_o, float* dsg, float* dw_rows,
                    int64_t n0, int64_t n1);
@@ -64,9 +65,5 @@ void norm_backward(const Shape& s, const double* o, const double* sg, const doub
 void norm_backward(const Shape& s, const float* o, const float* sg, const float* w,
                    const float* r, const uint16_t* dy, float* d_o, float* dsg, float* dw_rows,
                    int64_t n0, int64_t n1);
-
-// out[k] = sum of rows[n*K + k] over n = 0..N-1 ascending (dw from norm_backward's rows).
-void sum_rows(const float* rows, int64_t N, int64_t K, float* out);
-void sum_rows(const double* rows, int64_t N, int64_t K, double* out);
 
 }  // namespace parity::kernels::kda_gates

@@ -34,7 +34,7 @@ void backward(int64_t D, const double* x, const double* w, const double* r, cons
 void backward(int64_t D, const uint16_t* x, const uint16_t* w, const float* r,
               const uint16_t* dy, uint16_t* dx, float* dw_rows, int64_t n0, int64_t n1);
 
-// dw [D] = round(sum of dw_rows over its N rows, ascending).
+// dw [D] = round(sum of dw_rows over its N rows, ascending); also the KDA output norm's dw.
 void sum_rows(const float* dw_rows, int64_t N, int64_t D, float* dw);
 void sum_rows(const double* dw_rows, int64_t N, int64_t D, double* dw);
 void sum_rows(const float* dw_rows, int64_t N, int64_t D, uint16_t* dw);

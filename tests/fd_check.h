@@ -1,5 +1,5 @@
-// Shared helpers of the kernel test suites: unit roundoffs, gamma_n, single-thread pinning
-// and the directional finite-difference checker.
+// Shared helpers of the kernel test suites: unit roundoffs, gamma_n, single-thread pinning,
+// the 1-vs-2-threads bitwise check and the directional finite-difference checker.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -32,6 +32,17 @@ inline const char* dtype_name(at::ScalarType t) {
 }
 
 inline at::TensorOptions f64() { return at::TensorOptions().dtype(at::kDouble); }
+
+// Bitwise: run() gives the same tensors on 2 intra-op threads as on the 1 the suites pin.
+inline void expect_thread_count_free(const std::function<std::vector<at::Tensor>()>& run) {
+  auto one = run();
+  parity::kernels::pin_threads(2);
+  auto two = run();
+  parity::kernels::pin_threads(1);
+  ASSERT_EQ(one.size(), two.size());
+  for (size_t i = 0; i < one.size(); ++i)
+    EXPECT_TRUE(one[i].equal(two[i])) << "output/gradient " << i << " differs";
+}
 
 // ---------------------------------------------------------------------------------------
 // Directional finite differences (with a hook that sees every perturbed point).

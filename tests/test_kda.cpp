@@ -724,12 +724,7 @@ TEST_P(KdaPrepBitwise, ThreadCountFree) {
         },
         {x, w}, R);
   };
-  auto one = run();
-  parity::kernels::pin_threads(2);
-  auto two = run();
-  parity::kernels::pin_threads(1);
-  for (size_t i = 0; i < one.size(); ++i)
-    EXPECT_TRUE(one[i].equal(two[i])) << "output/gradient " << i << " differs";
+  expect_thread_count_free(run);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, KdaPrepBitwise, ::testing::Values(at::kFloat, at::kBFloat16),
@@ -869,12 +864,7 @@ TEST_P(KdaGatesThreadsBitwise, ThreadCountFree) {
         },
         {pre, bias, rate, gate, w}, R);
   };
-  auto one = run();
-  parity::kernels::pin_threads(2);
-  auto two = run();
-  parity::kernels::pin_threads(1);
-  for (size_t i = 0; i < one.size(); ++i)
-    EXPECT_TRUE(one[i].equal(two[i])) << "output/gradient " << i << " differs";
+  expect_thread_count_free(run);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, KdaGatesThreadsBitwise, ::testing::Values(at::kFloat, at::kBFloat16),

@@ -282,9 +282,14 @@ struct Record {
 }  // namespace
 
 LocaliseReport localise(const std::string& a_path, const std::string& b_path, int threads) {
-  LocaliseReport rep;
   const dumps::Dump a = dumps::read_dump(a_path), b = dumps::read_dump(b_path);
-  const auto rows = compare_dumps(a, b, threads);
+  return localise(a, b, compare_dumps(a, b, threads), a_path, b_path);
+}
+
+LocaliseReport localise(const dumps::Dump& a, const dumps::Dump& b,
+                        const std::vector<CompareRow>& rows, const std::string& a_path,
+                        const std::string& b_path) {
+  LocaliseReport rep;
   const RunShape sa = run_shape(a), sb = run_shape(b);
   const int lpb = sa.model.layers_per_block;
 

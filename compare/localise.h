@@ -28,6 +28,8 @@
 #include <string>
 #include <vector>
 
+#include "compare/dump_compare.h"
+
 namespace parity::compare {
 
 enum class Verdict { Exact, OrderOnly, Wrong };
@@ -84,5 +86,10 @@ struct LocaliseReport {
 // Throws dumps::DumpError when a dump is unreadable, the two are not comparable, or a side has no
 // ledger on a common dumped step. threads: for the tensor comparison.
 LocaliseReport localise(const std::string& a_path, const std::string& b_path, int threads = 1);
+// The same, for dumps already read and compared (compare_dumps(a, b)): a caller that has both
+// in memory reads neither again. The paths are where the ledgers are read from.
+LocaliseReport localise(const dumps::Dump& a, const dumps::Dump& b,
+                        const std::vector<CompareRow>& rows, const std::string& a_path,
+                        const std::string& b_path);
 
 }  // namespace parity::compare

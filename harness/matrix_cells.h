@@ -21,6 +21,12 @@ std::string now_iso();      // the time, ISO 8601 UTC
 // cells' last step. Throws UsageError naming the cell.
 reports::MatrixResult prepare_cells(const reports::Matrix& m, const MatrixRunOptions& o);
 
+// The order to start the cells in: the longest first, by a rough measure of the work per core
+// (steps x tokens per step, weighted by dtype, shared among a cell's processes and threads),
+// ties in file order. Started so, the short cells fill the end, where the cores would otherwise
+// idle behind one long cell.
+std::vector<size_t> launch_order(const std::vector<reports::CellResult>& cells);
+
 // The cell's `parity train` command: its arguments, the seed checkpoint, and its metrics,
 // summary and step-1 dump (with the ledger where it is read) under `dir`.
 std::vector<std::string> cell_command(const reports::Cell& cell, const std::string& self,

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "compare/dump_compare.h"
@@ -27,13 +29,17 @@ struct ReferenceDump {
 // dumps step 1 alone, so the dumps compare whole.
 void compare_step1(CellResult& cell, const CellResult& ref, const fs::path& cell_dump,
                    const fs::path& ref_dump, const ReferenceDump& b) {
+  // Read and compared once: the verdicts below reuse both.
+  dumps::Dump a;
+  std::vector<compare::CompareRow> rows;
   try {
     if (!b.error.empty()) throw dumps::DumpError(b.error);
-    const auto a = dumps::read_dump(cell_dump.string());
+    a = dumps::read_dump(cell_dump.string());
     if (!a.steps.count(1) || !b.dump.steps.count(1))
       throw dumps::DumpError("step 1 is not in both dumps");
+    rows = compare::compare_dumps(a, b.dump, 1);
     auto& d = cell.step1;
-    for (const auto& row : compare::compare_dumps(a, b.dump, 1)) {
+    for (const auto& row : rows) {
       const auto& t = row.diff;
       const bool tensor = t.name.rfind("grads/", 0) == 0 || t.name.rfind("params/", 0) == 0;
       const uint64_t ulp = !t.problem.empty() || t.nan_mismatch ? reports::kUlpInfinite : t.max_ulp;
@@ -62,8 +68,12 @@ void compare_step1(CellResult& cell, const CellResult& ref, const fs::path& cell
     cell.verdicts.why_not = "multi-process runs record no ledger";
     return;
   }
+  if (!cell.step1.have) {
+    cell.verdicts.why_not = cell.step1.why_not;
+    return;
+  }
   try {
-    const auto r = compare::localise(cell_dump.string(), ref_dump.string(), 1);
+    const auto r = compare::localise(a, b.dump, rows, cell_dump.string(), ref_dump.string());
     auto& v = cell.verdicts;
     v.have = true;
     v.exact = r.count(compare::Verdict::Exact);
@@ -161,32 +171,61 @@ void judge_gate(CellResult& c, const CellResult* ref) {
   g.passed = true;
 }
 
+// One cell against its reference, whose dump `ref_dump` gives when it has been read already.
+void judge(CellResult& cr, const CellResult* ref, const fs::path& cells_dir,
+           const std::function<const ReferenceDump&(const std::string&)>& ref_dump) {
+  if (cr.cell.reference.empty()) return;
+  if (!cr.ok()) {
+    cr.step1.why_not = cr.verdicts.why_not = "the cell did not run to the end";
+  } else if (!ref || !ref->ok()) {
+    cr.step1.why_not = cr.verdicts.why_not = "its reference did not run to the end";
+  } else {
+    try {
+      compare_step1(cr, *ref, cells_dir / cr.cell.name / "dump",
+                    cells_dir / ref->cell.name / "dump", ref_dump(ref->cell.name));
+    } catch (const std::exception& e) {  // out of memory, say
+      judging_failed(cr, ref, e.what());
+      return;
+    }
+  }
+  judge_gate(cr, ref);
+}
+
+ReferenceDump read_reference(const fs::path& dir) {
+  ReferenceDump d;
+  try {
+    d.dump = dumps::read_dump(dir.string());
+  } catch (const std::exception& e) {
+    d.error = e.what();
+  }
+  return d;
+}
+
 }  // namespace
 
 void judge_cells(reports::MatrixResult& r, const fs::path& cells_dir) {
-  std::map<std::string, ReferenceDump> refs;
-  auto reference_dump = [&](const std::string& name) -> const ReferenceDump& {
-    auto [it, fresh] = refs.try_emplace(name);
-    if (fresh) try {
-        it->second.dump = dumps::read_dump((cells_dir / name / "dump").string());
-      } catch (const std::exception& e) {
-        it->second.error = e.what();
-      }
+  std::map<std::string, ReferenceDump> refs;  // each read once however many cells use it
+  auto ref_dump = [&](const std::string& name) -> const ReferenceDump& {
+    auto it = refs.find(name);
+    if (it == refs.end()) it = refs.emplace(name, read_reference(cells_dir / name / "dump")).first;
     return it->second;
   };
-  for (auto& cr : r.cells) {
-    if (cr.cell.reference.empty()) continue;
-    const CellResult* ref = r.find(cr.cell.reference);
-    if (!cr.ok()) {
-      cr.step1.why_not = cr.verdicts.why_not = "the cell did not run to the end";
-    } else if (!ref || !ref->ok()) {
-      cr.step1.why_not = cr.verdicts.why_not = "its reference did not run to the end";
-    } else {
-      compare_step1(cr, *ref, cells_dir / cr.cell.name / "dump",
-                    cells_dir / ref->cell.name / "dump", reference_dump(ref->cell.name));
-    }
-    judge_gate(cr, ref);
-  }
+  for (auto& cr : r.cells) judge(cr, r.find(cr.cell.reference), cells_dir, ref_dump);
+}
+
+void judging_failed(CellResult& c, const CellResult* ref, const std::string& why) {
+  c.step1 = {};
+  c.verdicts = {};
+  c.step1.why_not = c.verdicts.why_not = "judging failed: " + why;
+  judge_gate(c, ref);
+}
+
+void judge_cell(CellResult& c, const CellResult* ref, const fs::path& cells_dir) {
+  std::optional<ReferenceDump> read;
+  judge(c, ref, cells_dir, [&](const std::string& name) -> const ReferenceDump& {
+    if (!read) read = read_reference(cells_dir / name / "dump");
+    return *read;
+  });
 }
 
 }  // namespace parity::harness

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <filesystem>
+#include <string>
 
 #include "reports/results.h"
 
@@ -13,5 +14,14 @@ namespace parity::harness {
 // cells_dir/<name>/dump. A cell or reference that did not finish gets the reason instead;
 // its gate fails.
 void judge_cells(reports::MatrixResult& r, const std::filesystem::path& cells_dir);
+
+// The same for one cell, `ref` being its reference's result (null when the matrix has none by
+// that name). The runner judges each cell as soon as it and its reference have ended.
+void judge_cell(reports::CellResult& c, const reports::CellResult* ref,
+                const std::filesystem::path& cells_dir);
+
+// A cell whose judging could not finish (`why`): no comparison, no verdicts, and its gate, if it
+// has one, fails saying so.
+void judging_failed(reports::CellResult& c, const reports::CellResult* ref, const std::string& why);
 
 }  // namespace parity::harness

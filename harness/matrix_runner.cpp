@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -284,6 +286,22 @@ MatrixResult prepare_cells(const reports::Matrix& m, const MatrixRunOptions& o) 
   return r;
 }
 
+std::vector<size_t> launch_order(const std::vector<CellResult>& cells) {
+  auto work = [](const Cell& c) {
+    const double tokens = static_cast<double>(c.steps) * c.dp * c.microbatches * c.rows *
+                          static_cast<double>(c.seq_len);
+    // Per step on debugmodel, fp32 takes about 4/3 of bf16's time; fp64 is taken as twice fp32.
+    const double width = c.dtype == "fp64" ? 8.0 / 3.0 : c.dtype == "fp32" ? 4.0 / 3.0 : 1.0;
+    return tokens * width / c.cores();
+  };
+  std::vector<size_t> order(cells.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return work(cells[a].cell) > work(cells[b].cell);
+  });
+  return order;
+}
+
 std::vector<std::string> cell_command(const Cell& cell, const std::string& self,
                                       const std::string& seed, const fs::path& dir,
                                       const std::string& tokens) {
@@ -338,15 +356,65 @@ struct Running {
   int cores;  // what it counts against --jobs
 };
 
-std::string progress_line(const std::vector<Running>& running, const MatrixResult& r,
-                          const fs::path& cells_dir, size_t done, size_t total) {
+// A cell being judged against its reference (matrix_judge.h) in a process of its own, forked
+// from this one while it has one thread: the reads' crash guard forks in turn, which a second
+// thread holding HDF5's lock would deadlock. The child writes the judged cell to `file`.
+struct Judging {
+  size_t index;
+  pid_t pid;
+  fs::path file;
+};
+
+// Forks the judgement of `c`; -1 when it cannot fork.
+pid_t fork_judge(const CellResult& c, const CellResult* ref, const fs::path& cells_dir,
+                 const fs::path& file) {
+  const pid_t parent = ::getpid();
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  // It ends with the runner, and a stop stops it (the runner judges what is left itself).
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::_exit(1);
+  for (const int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, SIG_DFL);
+  int code = 1;
+  try {
+    MatrixResult one;
+    one.cells.push_back(c);
+    judge_cell(one.cells[0], ref, cells_dir);
+    dumps::write_file_atomically(file.string(), reports::to_json(one).dump());
+    code = 0;
+  } catch (...) {
+  }
+  ::_exit(code);
+}
+
+// The judged cell a judging process left in `file`, if it left one.
+std::optional<CellResult> judged_cell(const fs::path& file) {
+  try {
+    MatrixResult one = reports::from_json(nlohmann::json::parse(slurp(file)));
+    if (one.cells.size() == 1) return one.cells[0];
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
+std::string progress_line(const std::vector<Running>& running, const std::vector<Judging>& judging,
+                          const MatrixResult& r, const fs::path& cells_dir, size_t done,
+                          size_t total) {
   std::string s = "[" + std::to_string(done) + "/" + std::to_string(total) + " done]";
   for (const auto& run : running) {
     const auto& c = r.cells[run.index].cell;
     s += "  " + c.name + " " + std::to_string(steps_logged(cells_dir / c.name, run.pid)) +
          "/" + std::to_string(c.steps);
   }
+  for (const auto& j : judging) s += "  judging " + r.cells[j.index].cell.name;
   return s;
+}
+
+// What a judged cell's line says: its gate, or that it has none.
+std::string judgement_line(const CellResult& c) {
+  if (c.gate.gate == reports::Gate::None) return "judged (no gate)";
+  return std::string("gate ") + (c.gate.passed ? "passed" : "FAILED: " + c.gate.why);
 }
 
 }  // namespace
@@ -400,15 +468,31 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
     if (g_interrupted) break;
   }
 
-  // Cells in file order, as many at once as the cores allow.
+  // The cells, longest first, as many at once as the cores allow; then, on the cores they
+  // leave free, each cell's judgement as soon as it and its reference have ended.
   const bool tty = ::isatty(2) && !o.quiet;
+  const std::vector<size_t> order = matrix_detail::launch_order(r.cells);
   std::vector<Running> running;
+  std::vector<Judging> judging;
+  std::vector<char> judge_started(r.cells.size(), 0);
+  auto ended = [&](const CellResult& c) { return c.status != "not run"; };
+  // The next cell that can be judged now, or r.cells.size().
+  auto judgeable = [&]() {
+    for (size_t i = 0; i < r.cells.size(); ++i) {
+      const auto& c = r.cells[i];
+      if (judge_started[i] || c.cell.reference.empty() || !ended(c)) continue;
+      const CellResult* ref = r.find(c.cell.reference);
+      if (!ref || ended(*ref)) return i;
+    }
+    return r.cells.size();
+  };
   size_t next = 0, done = 0;
   int busy = 0;
   auto last_note = Clock::now();
   // A stop tells the running cells (and their workers) to stop, and kills what is left 10 s on.
   auto stop_sent = Clock::time_point::max();
-  while ((!g_interrupted && next < r.cells.size()) || !running.empty()) {
+  while ((!g_interrupted && (next < order.size() || judgeable() < r.cells.size())) ||
+         !running.empty() || !judging.empty()) {
     if (g_interrupted && stop_sent == Clock::time_point::max()) {
       for (const auto& run : running) {
         keep_logged_steps(out / "cells" / r.cells[run.index].cell.name, run.pid);
@@ -419,8 +503,8 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
       for (const auto& run : running) ::kill(-run.pid, SIGKILL);
     }
     // Start what fits.
-    while (!g_interrupted && next < r.cells.size()) {
-      auto& cr = r.cells[next];
+    while (!g_interrupted && next < order.size()) {
+      auto& cr = r.cells[order[next]];
       const int need = std::min(cr.cell.cores(), std::max(1, o.jobs));
       if (!running.empty() && busy + need > o.jobs) break;
       const fs::path dir = out / "cells" / cr.cell.name;
@@ -435,11 +519,29 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
         continue;
       }
       const auto args = matrix_detail::cell_command(cr.cell, self, seed, dir, o.tokens);
-      running.push_back({next, spawn(args, dir / "log.txt"), Clock::now(), need});
+      running.push_back({order[next], spawn(args, dir / "log.txt"), Clock::now(), need});
       busy += need;
       if (!tty) say("[start " + std::to_string(next + 1) + "/" + std::to_string(r.cells.size()) +
                     "] " + cr.cell.name);
       ++next;
+    }
+    // Judge on the cores the cells leave, once every cell has started: no cell waits behind a
+    // judgement.
+    while (!g_interrupted && next == order.size() && busy < std::max(1, o.jobs)) {
+      const size_t i = judgeable();
+      if (i == r.cells.size()) break;
+      judge_started[i] = 1;
+      auto& cr = r.cells[i];
+      const CellResult* ref = r.find(cr.cell.reference);
+      const fs::path file = out / "cells" / cr.cell.name / "judgement.json";
+      const pid_t pid = fork_judge(cr, ref, out / "cells", file);
+      if (pid < 0) {  // judged here instead
+        judge_cell(cr, ref, out / "cells");
+        say("[judged] " + cr.cell.name + ": " + judgement_line(cr));
+        continue;
+      }
+      judging.push_back({i, pid, file});
+      ++busy;
     }
     // Reap what ended.
     bool reaped = false;
@@ -498,11 +600,46 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
       reaped = true;
       reports::write_results(o.out_dir, r);
     }
-    if (tty && !running.empty())
-      std::cerr << "\r\033[K" << progress_line(running, r, out / "cells", done, r.cells.size())
+    // Take back what was judged.
+    for (size_t i = 0; i < judging.size();) {
+      int status = 0;
+      const pid_t p = ::waitpid(judging[i].pid, &status, WNOHANG);
+      if (p == 0) {
+        ++i;
+        continue;
+      }
+      const size_t index = judging[i].index;
+      auto& cr = r.cells[index];
+      const auto judged = judged_cell(judging[i].file);
+      fs::remove(judging[i].file, ec);
+      --busy;
+      judging.erase(judging.begin() + static_cast<long>(i));
+      reaped = true;
+      if (judged) {
+        cr.step1 = judged->step1;
+        cr.verdicts = judged->verdicts;
+        cr.gate = judged->gate;
+      } else if (g_interrupted) {
+        judge_started[index] = 0;  // stopped with the run: judged below
+        continue;
+      } else {
+        judging_failed(cr, r.find(cr.cell.reference),
+                       p < 0 ? "its process could not be waited for"
+                       : WIFSIGNALED(status)
+                           ? "its process was killed by signal " + std::to_string(WTERMSIG(status))
+                           : "its process exited " + std::to_string(WEXITSTATUS(status)));
+      }
+      if (tty) std::cerr << "\r\033[K";
+      say("[judged] " + cr.cell.name + ": " + judgement_line(cr));
+      reports::write_results(o.out_dir, r);
+    }
+    const bool busy_now = !running.empty() || !judging.empty();
+    if (tty && busy_now)
+      std::cerr << "\r\033[K"
+                << progress_line(running, judging, r, out / "cells", done, r.cells.size())
                 << std::flush;
-    if (!tty && !o.quiet && !running.empty() && Clock::now() - last_note > std::chrono::seconds(60)) {
-      say(progress_line(running, r, out / "cells", done, r.cells.size()));
+    if (!tty && !o.quiet && busy_now && Clock::now() - last_note > std::chrono::seconds(60)) {
+      say(progress_line(running, judging, r, out / "cells", done, r.cells.size()));
       last_note = Clock::now();
     }
     if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -515,7 +652,9 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
   for (auto& cr : r.cells)
     if (cr.status == "not run" && g_interrupted) cr.error = "interrupted before it started";
 
-  judge_cells(r, out / "cells");
+  // What was not judged in the loop (a stop came first): judged now, as far as it ran.
+  for (size_t i = 0; i < r.cells.size(); ++i)
+    if (!judge_started[i]) judge_cell(r.cells[i], r.find(r.cells[i].cell.reference), out / "cells");
   r.wall_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   reports::write_results(o.out_dir, r);
   if (g_interrupted) {

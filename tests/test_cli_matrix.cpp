@@ -215,6 +215,64 @@ TEST_F(MatrixCli, RunWritesResultsAndEveryReport) {
   }
 }
 
+// Cells start longest first by steps x tokens per step, fp32 weighted 4/3 (file order on ties),
+// and each cell with a reference is judged once both have ended, in a process of its own that
+// leaves nothing behind. With one job the start order is exactly the launch order:
+//   wide  2 steps x 8 micro-batches  = 16     long  4 x 4 = 16 (after wide: file order)
+//   ref32 2 x 4 x 4/3               = 10.7   ref   2 x 4 = 8    naive 2 x 4 = 8 (file order)
+TEST_F(MatrixCli, CellsStartLongestFirstAndAreJudgedOnceTheirReferenceEnds) {
+  const auto m = write("order.toml", R"(name = "order"
+report_steps = [1, 2]
+[defaults]
+flavor = "tiny"
+steps = 2
+seq_len = 16
+[[cell]]
+name = "ref"
+[[cell]]
+name = "naive"
+reference = "ref"
+trainer = "pipelined"
+pp = 2
+vp = 2
+cache = "off"
+gate = "bitwise"
+[[cell]]
+name = "wide"
+microbatches = 8
+[[cell]]
+name = "ref32"
+dtype = "fp32"
+[[cell]]
+name = "long"
+reference = "ref"
+steps = 4
+)");
+  const auto out = path("run");
+  const auto r = run("matrix run " + m + " --out " + out + " --jobs 1");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  std::vector<std::string> started;
+  std::istringstream err(r.err);
+  for (std::string line; std::getline(err, line);)
+    if (line.rfind("[start ", 0) == 0) started.push_back(line.substr(line.find("] ") + 2));
+  EXPECT_EQ(started, (std::vector<std::string>{"wide", "long", "ref32", "ref", "naive"})) << r.err;
+  EXPECT_TRUE(contains(r.err, "[judged] naive: gate passed")) << r.err;
+  EXPECT_TRUE(contains(r.err, "[judged] long: judged (no gate)")) << r.err;
+  EXPECT_FALSE(contains(r.err, "[judged] ref")) << r.err;  // references are not judged
+  const json res = json::parse(slurp(fs::path(out) / "results.json"));
+  for (const auto& c : res.at("cells")) {
+    if (c.at("cell").at("name") == "naive") {
+      EXPECT_EQ(c.at("step1").at("have"), true);
+      EXPECT_EQ(c.at("verdicts").at("wrong"), 0);
+      EXPECT_EQ(c.at("gate").at("passed"), true);
+    }
+  }
+  for (const auto& e : fs::recursive_directory_iterator(out))
+    EXPECT_NE(e.path().filename(), "judgement.json") << e.path();
+  // No judging process is left: each is a fork of the run, with its command line.
+  EXPECT_NE(std::system(("pgrep -f -- '[m]atrix run " + m + "' >/dev/null").c_str()), 0);
+}
+
 TEST_F(MatrixCli, ADroppedDepositFailsTheOrderOnlyGate) {
   const auto m = write("small.toml", kSmall);
   const auto out = path("run");

@@ -21,6 +21,7 @@
 #include "dumps/h5.h"
 #include "harness/matrix_runner.h"
 #include "harness/signals.h"
+#include "kernels/vector_kernels.h"
 #include "harness/version.h"
 #include "kernels/config.h"
 #include "pipelined/rank_store.h"
@@ -50,25 +51,33 @@ std::string first_line(const std::string& s) { return s.substr(0, s.find('\n'));
 // Training allocates and frees the same large tensors every micro-batch. glibc's defaults
 // return each one to the kernel and fault it back in page by page (a quarter of a debugmodel
 // step). For the commands that train, run again once with the allocator told to keep freed
-// memory (trim and mmap thresholds) and to back its heap with transparent huge pages. This
-// changes no result. A GLIBC_TUNABLES the user set is left alone, and so is a failed exec.
-void tune_allocator(int argc, char** argv) {
-  if (argc < 2 || std::getenv("GLIBC_TUNABLES") != nullptr) return;
-  const std::string command = argv[1];
-  if (command != "train" && command != "bench" && command != "gate") return;
-  setenv("GLIBC_TUNABLES",
-         "glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=33554432:"
-         "glibc.malloc.trim_threshold=1073741824",
-         /*overwrite=*/0);
+// memory (trim and mmap thresholds) and to back its heap with transparent huge pages; this
+// changes no result. Those commands also get OpenBLAS's AVX-512 GEMM kernels where OpenBLAS
+// would run AVX2 ones on an AVX-512 CPU, which OpenBLAS only reads when it loads; every command
+// gets ATen's AVX-512 kernels there (kernels/vector_kernels.h). What the user set is left
+// alone. After a failed exec the process goes on as it started, and its children too.
+void tune_process(int argc, char** argv) {
+  const std::string command = argc >= 2 ? argv[1] : "";
+  const bool trains = command == "train" || command == "bench" || command == "gate" ||
+                      command == "closed-form";
+  const bool blas = parity::kernels::apply_vector_kernels(trains);
+  const bool allocator = trains && std::getenv("GLIBC_TUNABLES") == nullptr;
+  if (allocator)
+    setenv("GLIBC_TUNABLES",
+           "glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=33554432:"
+           "glibc.malloc.trim_threshold=1073741824",
+           /*overwrite=*/0);
+  if (!blas && !allocator) return;
   execv("/proc/self/exe", argv);
-  unsetenv("GLIBC_TUNABLES");
+  if (allocator) unsetenv("GLIBC_TUNABLES");
+  parity::kernels::forget_openblas_choice();
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace parity;
-  tune_allocator(argc, argv);
+  tune_process(argc, argv);
   // A peer that closed its socket is an error the transport reports, not a silent death.
   std::signal(SIGPIPE, SIG_IGN);
   // A stop removes the temporary files and the workers (harness/signals.h).

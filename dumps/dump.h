@@ -4,8 +4,10 @@
 // Schema version 1, one file per run and rank (rank<R>.h5 in the dump directory):
 //   /meta                      attributes: schema = "parity-dump", schema_version, git_sha,
 //                              config (JSON: the run's RunInfo and trainer facts), trainer,
-//                              flavor, dtype, device, torch_version, threads, seed, split,
-//                              schedule_grid, rank, complete (0 if the run failed part-way),
+//                              flavor, dtype, device, torch_version, threads, vector_kernels
+//                              (the BLAS and ATen kernels that ran, kernels/vector_kernels.h),
+//                              seed, split, schedule_grid, rank, complete (0 if the run failed
+//                              part-way),
 //                              run_id and files (every rank file of one run carries the same
 //                              run_id, and files says how many the run wrote)
 //   /metrics/loss              float64 [steps]  every step's loss

@@ -16,6 +16,7 @@
 
 #include "dumps/temp_files.h"
 #include "kernels/ledger.h"
+#include "kernels/vector_kernels.h"
 
 namespace parity::dumps {
 
@@ -174,6 +175,7 @@ void DumpWriter::on_start(const kernels::RunInfo& info) {
   const char* cublas = std::getenv("CUBLAS_WORKSPACE_CONFIG");
   h5::set_attr(f, "/meta", "cublas_workspace_config", std::string(cublas ? cublas : ""));
   h5::set_attr(f, "/meta", "threads", static_cast<int64_t>(info.threads));
+  h5::set_attr(f, "/meta", "vector_kernels", kernels::vector_kernels_text());
   h5::set_attr(f, "/meta", "seed", static_cast<int64_t>(info.seed));
   h5::set_attr(f, "/meta", "split", split);
   h5::set_attr(f, "/meta", "schedule_grid", grid);

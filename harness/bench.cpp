@@ -19,6 +19,7 @@
 #include "dumps/dump.h"
 #include "harness/errors.h"
 #include "harness/run.h"
+#include "kernels/vector_kernels.h"
 #include "kernels/kda.h"
 #include "kernels/model.h"
 #include "kernels/op_family.h"
@@ -162,8 +163,8 @@ void print_breakdown(const BenchOptions& o, const StepTimes& times) {
   }
   std::printf("%-12s %10.1f %6.1f%% %12.2f %10.1f\n", "step", total * 1e3, 100.0, total_gflop,
               total_gflop / total);
-  std::printf("GEMM peak here (at::mm, %d thread(s)): fp32 n=1024 %.1f GFLOP/s", o.run.threads,
-              peak32);
+  std::printf("GEMM peak here (at::mm, %d thread(s), %s): fp32 n=1024 %.1f GFLOP/s",
+              o.run.threads, kernels::vector_kernels_text().c_str(), peak32);
   if (dt != at::kFloat) std::printf(", %s n=1024 %.1f GFLOP/s", o.run.dtype.c_str(), peak_dt);
   std::printf(", %s n=256 %.1f GFLOP/s\n", o.run.dtype.c_str(), peak256);
   std::printf("step: %.1f GFLOP at %.1f GFLOP/s = %.0f%% of the n=1024 peak (FLOPs counted "
@@ -207,10 +208,10 @@ int bench_trainer(BenchOptions o) {
     shape = "pp" + std::to_string(o.run.pp) + "xvp" + std::to_string(o.run.vp) + " cache " +
             o.run.cache;
   std::fprintf(stderr, "bench %s: %s %s, %d x %d x %lld tokens, %d warm-up + %d measured "
-               "steps, %d thread(s)\n", shape.c_str(), o.run.flavor.c_str(),
+               "steps, %d thread(s), %s\n", shape.c_str(), o.run.flavor.c_str(),
                o.run.dtype.c_str(), o.run.microbatches, o.run.rows,
                static_cast<long long>(o.run.seq_len), o.warmup_steps, o.measured_steps,
-               o.run.threads);
+               o.run.threads, kernels::vector_kernels_text().c_str());
   if (pipe && o.run.nproc > 0)
     shape += ", " + std::to_string(o.run.nproc) + " processes (" +
              (o.run.backend.empty() ? std::string("gloo") : o.run.backend) + ")";
@@ -237,8 +238,9 @@ int bench_ratio(BenchOptions o) {
   const std::string shape = "pp" + std::to_string(o.run.pp) + "xvp" + std::to_string(o.run.vp) +
                             " cache " + o.run.cache;
   std::fprintf(stderr, "bench ratio: %s / reference, %s %s, %d round(s) of %d warm-up + %d "
-               "measured steps each, %d thread(s)\n", shape.c_str(), o.run.flavor.c_str(),
-               o.run.dtype.c_str(), o.rounds, o.warmup_steps, o.measured_steps, o.run.threads);
+               "measured steps each, %d thread(s), %s\n", shape.c_str(), o.run.flavor.c_str(),
+               o.run.dtype.c_str(), o.rounds, o.warmup_steps, o.measured_steps, o.run.threads,
+               kernels::vector_kernels_text().c_str());
   // The reference reads the pipeline's shape only for the per-rank norm; it runs no schedule.
   RunOptions reference = o.run;
   reference.schedule.clear();
@@ -348,6 +350,7 @@ int bench_gemm(const BenchOptions& o) {
   const auto dt = kernels::compute_dtype(kernels::parse_precision(o.run.dtype));
   kernels::pin_threads(o.run.threads);
   auto gen = at::detail::createCPUGenerator(o.run.seed);
+  std::fprintf(stderr, "bench gemm: %s\n", kernels::vector_kernels_text().c_str());
   std::printf("%-6s %8s %6s %12s %10s\n", "dtype", "threads", "n", "ms/product", "GFLOP/s");
   for (int64_t n : {256, 512, 1024, 2048}) {
     const double gflops = gemm_gflops(dt, n, o.warmup_steps, o.measured_steps, gen);

@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "harness/errors.h"
+#include "kernels/vector_kernels.h"
 
 namespace parity::harness {
 
@@ -25,7 +26,8 @@ void ConsoleObserver::on_start(const kernels::RunInfo& info) {
             << info.precision << " (grad accumulation " << info.grad_accum << "), dp " << info.dp
             << " x " << info.microbatches << " micro-batches x " << info.rows << " rows x "
             << info.seq_len << " tokens, " << info.steps << " steps, seed " << info.seed << ", "
-            << info.threads << " thread(s), " << info.device << "\n"
+            << info.threads << " thread(s) (" << kernels::vector_kernels_text() << "), "
+            << info.device << "\n"
             << std::flush;
 }
 

@@ -189,6 +189,20 @@ TEST_F(Cli, TwoRunsGiveIdenticalHexOnEveryStep) {
   EXPECT_EQ(count_lines(slurp(a)), 3u);
 }
 
+// What the user set for the vector kernels is what runs (kernels/vector_kernels.h): OpenBLAS's
+// Haswell kernels and ATen's default ones here, named by bench and by train's header.
+TEST_F(Cli, TheVectorKernelsTheUserSetAreKeptAndNamed) {
+  const std::string env = "OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=default";
+  const auto gemm = run("bench --what gemm --warmup-steps 0 --measured-steps 1", env);
+  ASSERT_EQ(gemm.code, 0) << gemm.err;
+  EXPECT_NE(gemm.err.find("bench gemm: OpenBLAS Haswell, ATen default\n"), std::string::npos)
+      << gemm.err;
+  const auto train = run("train --flavor tiny --steps 1 --seq-len 16", env);
+  ASSERT_EQ(train.code, 0) << train.err;
+  EXPECT_NE(train.out.find("thread(s) (OpenBLAS Haswell, ATen default)"), std::string::npos)
+      << train.out;
+}
+
 TEST_F(Cli, LayoutJsonCarriesTheVolumeAndStages) {
   auto r = run("layout --layers 93 --block 12 --pp 4 --vp 2 --json");
   ASSERT_EQ(r.code, 0) << r.err;

@@ -21,6 +21,7 @@
 
 #include "kernels/mla.h"
 #include "kernels/ops.h"
+#include "kernels/vector_kernels.h"
 #include "tests/fd_check.h"
 
 namespace k = parity::kernels;
@@ -465,6 +466,38 @@ TEST(RmsNormGated, CentralDifferencesFp64) {
   EXPECT_LE(r.worst, kFdTol) << "worst at " << r.where;
   std::cout << "[ observed ] rms_norm_gated fd rel err " << r.worst << " (bound " << kFdTol
             << ")\n";
+}
+
+// The kernel choice of kernels/vector_kernels.h, case by case: AVX-512 kernels are asked for
+// only on an AVX-512 CPU, OpenBLAS's only when it picked an AVX2 core, and never over what
+// the user set.
+TEST(VectorKernels, AskForAvx512KernelsOnlyWhereTheyRunAndNobodyChose) {
+  using k::choose_vector_kernels;
+  struct Case {
+    std::string core;
+    bool avx512, user_core, user_capability;
+    std::string want_core, want_capability;
+  };
+  const std::vector<Case> cases = {
+      {"Haswell", true, false, false, "SkylakeX", "avx512"},  // Zen 4/5 under 0.3.21
+      {"Zen", true, false, false, "SkylakeX", "avx512"},
+      {"SkylakeX", true, false, false, "", "avx512"},          // already AVX-512
+      {"Cooperlake", true, false, false, "", "avx512"},
+      {"SapphireRapids", true, false, false, "", "avx512"},
+      {"", true, false, false, "", "avx512"},                  // not OpenBLAS
+      {"Haswell", false, false, false, "", ""},                // an AVX2 machine
+      {"Zen", false, false, false, "", ""},
+      {"Haswell", true, true, false, "", "avx512"},            // the user chose the core
+      {"Haswell", true, false, true, "SkylakeX", ""},          // ... or ATen's kernels
+      {"Haswell", true, true, true, "", ""},
+  };
+  for (const auto& c : cases) {
+    const auto got = choose_vector_kernels(c.core, c.avx512, c.user_core, c.user_capability);
+    EXPECT_EQ(got.openblas_coretype, c.want_core)
+        << c.core << " avx512 " << c.avx512 << " user " << c.user_core << c.user_capability;
+    EXPECT_EQ(got.aten_capability, c.want_capability)
+        << c.core << " avx512 " << c.avx512 << " user " << c.user_core << c.user_capability;
+  }
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace parity::kernels::kda_core {
@@ -48,14 +49,46 @@ template <class E>
 PARITY_INLINE Vec<E> zeros() {
   return Vec<E>{};
 }
-// The lanes of x summed as a fixed pairwise tree (halves, then quarters, ...).
+// The lanes of a vector summed as a fixed pairwise tree: lane i plus lane i + W/2, then of
+// those lane i plus lane i + W/4, and so on. lane_sums does it for W vectors at once (lane c
+// of the result is vector c's sum): each level adds, for two vectors a and b, the first and
+// second halves of every segment of 2S lanes (a segment being one vector's partial tree),
+// a's results to the low half and b's to the high half.
 template <class E>
-PARITY_INLINE E lane_sum(Vec<E> x) {
-  E b[kLanes<E>];
-  std::memcpy(b, &x, sizeof x);
-  for (int w = kLanes<E> / 2; w >= 1; w /= 2)
-    for (int i = 0; i < w; ++i) b[i] += b[i + w];
-  return b[0];
+struct LaneIndex;
+template <>
+struct LaneIndex<float> {
+  typedef int32_t type __attribute__((vector_size(64)));
+};
+template <>
+struct LaneIndex<double> {
+  typedef int64_t type __attribute__((vector_size(64)));
+};
+// The lane of (a, b) whose pair sum lands in lane p (the pair's other lane is S further).
+template <int W, int S>
+constexpr int tree_source(int p) {
+  return (p < W / 2 ? 0 : W) + p % (W / 2) / S * 2 * S + p % (W / 2) % S;
+}
+template <class E, int S, size_t... P>
+PARITY_INLINE Vec<E> tree_level(Vec<E> a, Vec<E> b, std::index_sequence<P...>) {
+  using Index = typename LaneIndex<E>::type;
+  constexpr int W = kLanes<E>;
+  return __builtin_shuffle(a, b, Index{tree_source<W, S>(P)...}) +
+         __builtin_shuffle(a, b, Index{(tree_source<W, S>(P) + S)...});
+}
+template <class E, int S>
+PARITY_INLINE void tree_levels(Vec<E>* x, int n) {
+  for (int i = 0; i < n / 2; ++i)
+    x[i] = tree_level<E, S>(x[2 * i], x[2 * i + 1], std::make_index_sequence<kLanes<E>>{});
+  if constexpr (S > 1) tree_levels<E, S / 2>(x, n / 2);
+}
+template <class E>
+PARITY_INLINE Vec<E> lane_sums(const E* parts) {
+  constexpr int W = kLanes<E>;
+  Vec<E> x[W];
+  for (int c = 0; c < W; ++c) x[c] = load(parts + c * W);
+  tree_levels<E, W / 2>(x, W);
+  return x[0];
 }
 
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
@@ -67,6 +100,7 @@ constexpr int kFwdTileVecs = 4;
 // Value columns per backward tile: the sums over value channels (dq, dk, dg, dbeta) are
 // taken per tile, in column order, and added to the total in tile order.
 constexpr int64_t kBwdTileCols = 32;
+static_assert(kBwdTileCols % 16 == 0, "lane_sums reads whole vectors of columns");
 
 // ---------------------------------------------------------------------------------------
 // Forward, one tile of NV vectors of value columns starting at j0, all tokens.
@@ -168,8 +202,10 @@ PARITY_INLINE void backward_impl(const Shape& s, const E* q, const E* k, const E
     }
   std::fill(dbeta, dbeta + T, E(0));
   // du_part holds one vector of partial sums per column (plain element storage: the
-  // vector type's 64-byte alignment is not the allocator's).
-  std::vector<E> cur(VT * Kp), G(VT * Kp), Sp(C * VT * Kp), uu(VT), dw(VT), du_part(VT * W);
+  // vector type's 64-byte alignment is not the allocator's); du_col their lane sums (a
+  // last tile narrower than VT sums stale columns past nc too, and never reads them).
+  std::vector<E> cur(VT * Kp), G(VT * Kp), Sp(C * VT * Kp), uu(VT), dw(VT), du_part(VT * W, E(0)),
+      du_col(VT);
 
   for (int64_t j0 = 0; j0 < V; j0 += VT) {
     const int64_t nc = std::min(VT, V - j0);
@@ -179,8 +215,9 @@ PARITY_INLINE void backward_impl(const Shape& s, const E* q, const E* k, const E
       // The state entering the chunk, by columns; then S' of every token of the chunk,
       // recomputed with the forward's own operations (same bits).
       const E* st = states + n * Kp * Vp + j0;
-      for (int64_t jj = 0; jj < nc; ++jj)
-        for (int64_t i = 0; i < Kp; ++i) cur[jj * Kp + i] = st[i * Vp + jj];
+      // (Read by rows, so the loads run along memory; the scattered writes stay in L1.)
+      for (int64_t i = 0; i < Kp; ++i)
+        for (int64_t jj = 0; jj < nc; ++jj) cur[jj * Kp + i] = st[i * Vp + jj];
       for (int64_t t = t0; t < t1; ++t) {
         E* sp = &Sp[(t - t0) * VT * Kp];
         for (int64_t jj = 0; jj < nc; ++jj) {
@@ -214,9 +251,10 @@ PARITY_INLINE void backward_impl(const Shape& s, const E* q, const E* k, const E
           store(&dqp[t * Kp + b * W], load(&dqp[t * Kp + b * W]) + dq_acc);
           store(&dkp[t * Kp + b * W], load(&dkp[t * Kp + b * W]) + dk_acc);
         }
+        for (int64_t c0 = 0; c0 < nc; c0 += W) store(&du_col[c0], lane_sums<E>(&du_part[c0 * W]));
         E dbeta_acc = 0;
         for (int64_t jj = 0; jj < nc; ++jj) {
-          const E du = lane_sum<E>(load(&du_part[jj * W]));
+          const E du = du_col[jj];
           dv[t * V + j0 + jj] = beta[t] * du;
           dw[jj] = -(beta[t] * du);
           dbeta_acc += du * r[t * Vp + j0 + jj];

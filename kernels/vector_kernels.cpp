@@ -65,8 +65,9 @@ void forget_openblas_choice() {
 std::string vector_kernels_text() {
   const std::string core = openblas_core();
   const char* cap = std::getenv(kCapabilityVar);
+  // Unset, ATen picks by itself ("default" is its name for the scalar kernels).
   return (core.empty() ? std::string("BLAS not OpenBLAS") : "OpenBLAS " + core) + ", ATen " +
-         (cap != nullptr ? cap : "default");
+         (cap != nullptr ? cap : "its own pick");
 }
 
 }  // namespace parity::kernels

@@ -38,7 +38,8 @@ bool apply_vector_kernels(bool blas);
 // run what this process runs.
 void forget_openblas_choice();
 
-// "OpenBLAS SkylakeX, ATen avx512": the kernels this process runs, for reports.
+// "OpenBLAS SkylakeX, ATen avx512": the kernels this process runs, for reports (the
+// OpenBLAS core it reports, and ATEN_CPU_CAPABILITY as set).
 std::string vector_kernels_text();
 
 }  // namespace parity::kernels

@@ -190,7 +190,7 @@ TEST_F(Cli, TwoRunsGiveIdenticalHexOnEveryStep) {
 }
 
 // What the user set for the vector kernels is what runs (kernels/vector_kernels.h): OpenBLAS's
-// Haswell kernels and ATen's default ones here, named by bench and by train's header.
+// Haswell kernels and ATen's scalar ("default") ones here, named by bench and train's header.
 TEST_F(Cli, TheVectorKernelsTheUserSetAreKeptAndNamed) {
   const std::string env = "OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=default";
   const auto gemm = run("bench --what gemm --warmup-steps 0 --measured-steps 1", env);

@@ -21,9 +21,9 @@
 #include "dumps/h5.h"
 #include "harness/matrix_runner.h"
 #include "harness/signals.h"
-#include "kernels/vector_kernels.h"
 #include "harness/version.h"
 #include "kernels/config.h"
+#include "kernels/vector_kernels.h"
 #include "pipelined/rank_store.h"
 #include "pipelined/schedule.h"
 #include "pipelined/split.h"
@@ -70,7 +70,7 @@ void tune_process(int argc, char** argv) {
   if (!blas && !allocator) return;
   execv("/proc/self/exe", argv);
   if (allocator) unsetenv("GLIBC_TUNABLES");
-  parity::kernels::forget_openblas_choice();
+  if (blas) parity::kernels::forget_openblas_choice();
 }
 
 }  // namespace

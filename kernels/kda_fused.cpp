@@ -20,15 +20,18 @@ namespace {
 #define PARITY_CLONES
 #endif
 
+// A vector of E and the integer vector of its lane indices (for shuffles).
 template <class E>
 struct VecOf;
 template <>
 struct VecOf<float> {
   typedef float type __attribute__((vector_size(64)));
+  typedef int32_t index __attribute__((vector_size(64)));
 };
 template <>
 struct VecOf<double> {
   typedef double type __attribute__((vector_size(64)));
+  typedef int64_t index __attribute__((vector_size(64)));
 };
 template <class E>
 using Vec = typename VecOf<E>::type;
@@ -54,16 +57,6 @@ PARITY_INLINE Vec<E> zeros() {
 // of the result is vector c's sum): each level adds, for two vectors a and b, the first and
 // second halves of every segment of 2S lanes (a segment being one vector's partial tree),
 // a's results to the low half and b's to the high half.
-template <class E>
-struct LaneIndex;
-template <>
-struct LaneIndex<float> {
-  typedef int32_t type __attribute__((vector_size(64)));
-};
-template <>
-struct LaneIndex<double> {
-  typedef int64_t type __attribute__((vector_size(64)));
-};
 // The lane of (a, b) whose pair sum lands in lane p (the pair's other lane is S further).
 template <int W, int S>
 constexpr int tree_source(int p) {
@@ -71,7 +64,7 @@ constexpr int tree_source(int p) {
 }
 template <class E, int S, size_t... P>
 PARITY_INLINE Vec<E> tree_level(Vec<E> a, Vec<E> b, std::index_sequence<P...>) {
-  using Index = typename LaneIndex<E>::type;
+  using Index = typename VecOf<E>::index;
   constexpr int W = kLanes<E>;
   return __builtin_shuffle(a, b, Index{tree_source<W, S>(P)...}) +
          __builtin_shuffle(a, b, Index{(tree_source<W, S>(P) + S)...});

@@ -32,9 +32,6 @@ bool cpu_has_avx512() {
 
 bool is_set(const char* var) { return std::getenv(var) != nullptr; }
 
-// Set by apply_vector_kernels in this process (so forget_openblas_choice undoes only that).
-bool g_set_coretype = false;
-
 }  // namespace
 
 VectorKernelChoice choose_vector_kernels(const std::string& blas_core, bool avx512,
@@ -53,14 +50,10 @@ bool apply_vector_kernels(bool blas) {
   if (!c.aten_capability.empty()) setenv(kCapabilityVar, c.aten_capability.c_str(), 0);
   if (!blas || c.openblas_coretype.empty()) return false;
   setenv(kCoreVar, c.openblas_coretype.c_str(), 0);
-  g_set_coretype = true;
   return true;
 }
 
-void forget_openblas_choice() {
-  if (g_set_coretype) unsetenv(kCoreVar);
-  g_set_coretype = false;
-}
+void forget_openblas_choice() { unsetenv(kCoreVar); }
 
 std::string vector_kernels_text() {
   const std::string core = openblas_core();

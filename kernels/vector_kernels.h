@@ -34,8 +34,8 @@ VectorKernelChoice choose_vector_kernels(const std::string& blas_core, bool avx5
 // with blas true and a core to ask for, OPENBLAS_CORETYPE is set and the return is true: the
 // caller must run the process again (exec) for it to apply, or call forget_openblas_choice.
 bool apply_vector_kernels(bool blas);
-// Undoes apply_vector_kernels's OPENBLAS_CORETYPE (after a failed exec), so that children
-// run what this process runs.
+// Undoes the OPENBLAS_CORETYPE of an apply_vector_kernels that returned true (after a
+// failed exec), so that children run what this process runs.
 void forget_openblas_choice();
 
 // "OpenBLAS SkylakeX, ATen avx512": the kernels this process runs, for reports (the

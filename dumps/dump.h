@@ -5,7 +5,8 @@
 //   /meta                      attributes: schema = "parity-dump", schema_version, git_sha,
 //                              config (JSON: the run's RunInfo and trainer facts), trainer,
 //                              flavor, dtype, device, torch_version, threads, vector_kernels
-//                              (the BLAS and ATen kernels that ran, kernels/vector_kernels.h),
+//                              (the fp32 product, BLAS and ATen kernels that ran,
+//                              kernels/vector_kernels.h),
 //                              seed, split, schedule_grid, rank, complete (0 if the run failed
 //                              part-way),
 //                              run_id and files (every rank file of one run carries the same

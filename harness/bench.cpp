@@ -19,13 +19,14 @@
 #include "dumps/dump.h"
 #include "harness/errors.h"
 #include "harness/run.h"
-#include "kernels/vector_kernels.h"
 #include "kernels/kda.h"
 #include "kernels/model.h"
 #include "kernels/op_family.h"
+#include "kernels/ops.h"
 #include "kernels/params.h"
 #include "kernels/precision.h"
 #include "kernels/threads.h"
+#include "kernels/vector_kernels.h"
 
 namespace parity::harness {
 
@@ -123,11 +124,13 @@ double median_seconds(int warmup, int measured, const std::function<void()>& f) 
   return median(t);
 }
 
-// The GEMM rate at::mm reaches here, now: GFLOP/s of n x n normal products in dtype dt.
+// The GEMM rate the model's products reach here, now: GFLOP/s of n x n normal products in
+// dtype dt through project() (parity's product in fp32 on CPU, at::matmul otherwise).
 double gemm_gflops(at::ScalarType dt, int64_t n, int warmup, int measured, at::Generator& gen) {
   auto a = at::empty({n, n}).normal_(0, 1, gen).to(dt);
-  auto b = at::empty({n, n}).normal_(0, 1, gen).to(dt);
-  const double s = median_seconds(warmup, measured, [&] { at::mm(a, b); });
+  auto w = at::empty({n, n}).normal_(0, 1, gen).to(dt);
+  at::NoGradGuard no_grad;
+  const double s = median_seconds(warmup, measured, [&] { kernels::project(a, w); });
   return 2.0 * double(n) * n * n / s / 1e9;
 }
 
@@ -163,7 +166,7 @@ void print_breakdown(const BenchOptions& o, const StepTimes& times) {
   }
   std::printf("%-12s %10.1f %6.1f%% %12.2f %10.1f\n", "step", total * 1e3, 100.0, total_gflop,
               total_gflop / total);
-  std::printf("GEMM peak here (at::mm, %d thread(s), %s): fp32 n=1024 %.1f GFLOP/s",
+  std::printf("GEMM peak here (project(), %d thread(s), %s): fp32 n=1024 %.1f GFLOP/s",
               o.run.threads, kernels::vector_kernels_text().c_str(), peak32);
   if (dt != at::kFloat) std::printf(", %s n=1024 %.1f GFLOP/s", o.run.dtype.c_str(), peak_dt);
   std::printf(", %s n=256 %.1f GFLOP/s\n", o.run.dtype.c_str(), peak256);
@@ -344,8 +347,9 @@ int bench_kda(const BenchOptions& o) {
   return 0;
 }
 
-// The GEMM rate the kernels can reach on this machine, thread count and dtype: at::mm of two
-// normal n x n matrices, the median of the measured products after the warm-up ones.
+// The GEMM rate the kernels can reach on this machine, thread count and dtype: project() of
+// two normal n x n matrices (the product every linear layer runs), the median of the
+// measured products after the warm-up ones.
 int bench_gemm(const BenchOptions& o) {
   const auto dt = kernels::compute_dtype(kernels::parse_precision(o.run.dtype));
   kernels::pin_threads(o.run.threads);

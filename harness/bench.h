@@ -10,7 +10,8 @@
 //                           per form (fused, chunked, recurrent)
 //   compare                 two dumps compared tensor by tensor: GB/s of tensor data per side
 //   gemm                    square matrix products (n = 256, 512, 1024, 2048) in the compute
-//                           dtype: GFLOP/s (2 n^3 per product), the machine's practical peak
+//                           dtype, through project() as every linear layer runs them:
+//                           GFLOP/s (2 n^3 per product), the practical peak of the kernels
 #pragma once
 
 #include <string>

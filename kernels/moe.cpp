@@ -106,22 +106,21 @@ at::Tensor moe(const at::Tensor& x, const MoeWeights& w, const MoeBuffers& b,
   // Each expert's w13 on its rows, SiTU-GLU once over all rows (element-wise, so the
   // same per row as per expert, in a few ops instead of a few per expert), each w2. The
   // rows and weights are split once (one backward node each, instead of a slice, a select
-  // and a full-size zero gradient per expert); each product is the same at::mm on the same
-  // transposed weight view that project() would make.
+  // and a full-size zero gradient per expert); each product is a project().
   const std::vector<int64_t> cnt(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + E);
   const int64_t H = w.w13.size(2);
-  const auto w13_t = w.w13.reshape({E, 2 * H, -1}).transpose(1, 2).unbind(0);  // [L,2H] each
-  const auto w2_t = w.w2.transpose(1, 2).unbind(0);                            // [H,L] each
+  const auto w13_e = w.w13.reshape({E, 2 * H, -1}).unbind(0);  // [2H,L] each
+  const auto w2_e = w.w2.unbind(0);                            // [L,H] each
   const auto zs_parts = zs.split_with_sizes(cnt);
   std::vector<at::Tensor> gus, outs;
   for (int64_t e = 0; e < E; ++e)
-    if (cnt[e] > 0) gus.push_back(at::mm(zs_parts[e], w13_t[e]));
+    if (cnt[e] > 0) gus.push_back(project(zs_parts[e], w13_e[e]));
   auto gu = at::cat(gus, 0);                                             // [N*K, 2H]
   auto act = situ_glu(gu.narrow(-1, 0, H), gu.narrow(-1, H, H), c.situ_beta,
                       c.situ_linear_beta);                               // [N*K, H]
   const auto act_parts = act.split_with_sizes(cnt);
   for (int64_t e = 0; e < E; ++e)
-    if (cnt[e] > 0) outs.push_back(at::mm(act_parts[e], w2_t[e]));
+    if (cnt[e] > 0) outs.push_back(project(act_parts[e], w2_e[e]));
   auto ys = at::cat(outs, 0);                                            // expert-sorted rows
   auto w_sorted = weights.reshape({-1}).index_select(0, order);
   auto rows = (ys.to(acc) * w_sorted.unsqueeze(-1)).to(stream);         // weighted, cast back

@@ -4,6 +4,9 @@
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <algorithm>
+
+#include "kernels/gemm.h"
 #include "kernels/loop_tensors.h"
 #include "kernels/norm_loops.h"
 #include "kernels/precision.h"
@@ -70,7 +73,75 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   return loop ? RmsNormFunction::apply(x, w, eps) : rms_norm_ops(x, w, eps);
 }
 
-at::Tensor project(const at::Tensor& x, const at::Tensor& w) { return at::matmul(x, w.t()); }
+namespace {
+
+// A 2-D fp32 tensor as gemm's view, or its transpose.
+gemm::View view_of(const at::Tensor& t) { return {t.data_ptr<float>(), t.stride(0), t.stride(1)}; }
+gemm::View transposed(const at::Tensor& t) {
+  return {t.data_ptr<float>(), t.stride(1), t.stride(0)};
+}
+
+// C [M,N] = A [M,K] B [K,N] with gemm::multiply, the columns split between the intra-op
+// threads in whole panels (each element's chain stays on one thread, so the split changes
+// no bits).
+at::Tensor gemm_product(gemm::Isa isa, int64_t M, int64_t N, int64_t K, gemm::View A,
+                        gemm::View B, const at::TensorOptions& options) {
+  auto c = at::empty({M, N}, options);
+  float* C = c.data_ptr<float>();
+  const int64_t panels = (N + gemm::kColumnAlign - 1) / gemm::kColumnAlign;
+  // At least about a million multiply-adds per task.
+  const int64_t grain =
+      std::max<int64_t>(1, (int64_t{1} << 20) / std::max<int64_t>(1, M * K * gemm::kColumnAlign));
+  at::parallel_for(0, panels, grain, [&](int64_t p0, int64_t p1) {
+    gemm::multiply(isa, M, N, K, A, B, C, N, p0 * gemm::kColumnAlign,
+                   std::min(N, p1 * gemm::kColumnAlign));
+  });
+  return c;
+}
+
+// project() in fp32 on CPU: y = x w^T, dx = dy w and dw = dy^T x, each with gemm::multiply.
+struct ProjectFunction : torch::autograd::Function<ProjectFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            const at::Tensor& w, int64_t isa) {
+    const int64_t I = w.size(1), O = w.size(0);
+    auto x2 = x.reshape({-1, I});
+    auto y = gemm_product(gemm::Isa(isa), x2.size(0), O, I, view_of(x2), transposed(w),
+                          x.options());
+    ctx->save_for_backward({x2, w});
+    ctx->saved_data["isa"] = isa;
+    ctx->saved_data["x_shape"] = x.sizes().vec();
+    auto shape = x.sizes().vec();
+    shape.back() = O;
+    return y.view(shape);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &x2 = saved[0], &w = saved[1];
+    const auto isa = gemm::Isa(ctx->saved_data["isa"].toInt());
+    const int64_t M = x2.size(0), I = w.size(1), O = w.size(0);
+    auto dy = grads[0].reshape({M, O});
+    at::Tensor dx, dw;
+    if (ctx->needs_input_grad(0))
+      dx = gemm_product(isa, M, I, O, view_of(dy), view_of(w), x2.options());
+    if (ctx->needs_input_grad(1))
+      dw = gemm_product(isa, O, I, M, transposed(dy), view_of(x2), w.options());
+    if (dx.defined()) dx = dx.view(ctx->saved_data["x_shape"].toIntVector());
+    return {dx, dw, at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor project(const at::Tensor& x, const at::Tensor& w) {
+  const bool ours = x.is_cpu() && w.is_cpu() && x.scalar_type() == at::kFloat &&
+                    w.scalar_type() == at::kFloat && w.dim() == 2 && x.dim() >= 1 &&
+                    x.size(-1) == w.size(1);
+  if (ours)
+    if (const auto isa = gemm::chosen_isa()) return ProjectFunction::apply(x, w, int64_t(*isa));
+  return at::matmul(x, w.t());
+}
 
 at::Tensor situ_glu(const at::Tensor& gate, const at::Tensor& up, double beta,
                     double linear_beta) {

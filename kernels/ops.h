@@ -16,7 +16,10 @@ at::Tensor rms_norm(const at::Tensor& x_sD, const at::Tensor& w_D, double eps);
 // The same as ATen ops (the readable form, and the form on CUDA).
 at::Tensor rms_norm_ops(const at::Tensor& x_sD, const at::Tensor& w_D, double eps);
 
-// y = x @ w^T. x_sI, w_OI -> y_sO.
+// y = x @ w^T. x_sI, w_OI -> y_sO. In fp32 on CPU, forward and backward run parity's own
+// product (kernels/gemm.h: every element one fused multiply-add chain in k order, so the
+// same bits on every x86-64 vector width and thread count); elsewhere at::matmul.
+// PARITY_GEMM=aten runs at::matmul in fp32 too (PARITY_GEMM=avx512|avx2|scalar picks a path).
 at::Tensor project(const at::Tensor& x_sI, const at::Tensor& w_OI);
 
 // SiTU-GLU (models/common/activation.SiTUGLU), in acc, cast back to gate's dtype:

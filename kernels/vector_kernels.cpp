@@ -5,6 +5,8 @@
 
 #include <cstdlib>
 
+#include "kernels/gemm.h"
+
 namespace parity::kernels {
 namespace {
 
@@ -59,7 +61,8 @@ std::string vector_kernels_text() {
   const std::string core = openblas_core();
   const char* cap = std::getenv(kCapabilityVar);
   // Unset, ATen picks by itself ("default" is its name for the scalar kernels).
-  return (core.empty() ? std::string("BLAS not OpenBLAS") : "OpenBLAS " + core) + ", ATen " +
+  return "fp32 GEMM " + gemm::chosen_name() + ", " +
+         (core.empty() ? std::string("BLAS not OpenBLAS") : "OpenBLAS " + core) + ", ATen " +
          (cap != nullptr ? cap : "its own pick");
 }
 

@@ -192,15 +192,29 @@ TEST_F(Cli, TwoRunsGiveIdenticalHexOnEveryStep) {
 // What the user set for the vector kernels is what runs (kernels/vector_kernels.h): OpenBLAS's
 // Haswell kernels and ATen's scalar ("default") ones here, named by bench and train's header.
 TEST_F(Cli, TheVectorKernelsTheUserSetAreKeptAndNamed) {
-  const std::string env = "OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=default";
+  const std::string env = "OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=default PARITY_GEMM=aten";
   const auto gemm = run("bench --what gemm --warmup-steps 0 --measured-steps 1", env);
   ASSERT_EQ(gemm.code, 0) << gemm.err;
-  EXPECT_NE(gemm.err.find("bench gemm: OpenBLAS Haswell, ATen default\n"), std::string::npos)
+  EXPECT_NE(gemm.err.find("bench gemm: fp32 GEMM ATen, OpenBLAS Haswell, ATen default\n"),
+            std::string::npos)
       << gemm.err;
   const auto train = run("train --flavor tiny --steps 1 --seq-len 16", env);
   ASSERT_EQ(train.code, 0) << train.err;
-  EXPECT_NE(train.out.find("thread(s) (OpenBLAS Haswell, ATen default)"), std::string::npos)
+  EXPECT_NE(train.out.find("thread(s) (fp32 GEMM ATen, OpenBLAS Haswell, ATen default)"),
+            std::string::npos)
       << train.out;
+  // parity's own product runs everywhere in its scalar form.
+  const auto scalar = run("train --flavor tiny --steps 1 --seq-len 16", "PARITY_GEMM=scalar");
+  ASSERT_EQ(scalar.code, 0) << scalar.err;
+  EXPECT_NE(scalar.out.find("(fp32 GEMM parity scalar, "), std::string::npos) << scalar.out;
+}
+
+TEST_F(Cli, AnUnknownGemmChoiceIsBadInputThatNamesTheChoices) {
+  const auto r = run("train --flavor tiny --steps 1 --seq-len 16", "PARITY_GEMM=avx1024");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("PARITY_GEMM=avx1024: unknown; use avx512, avx2, scalar or aten"),
+            std::string::npos)
+      << r.err;
 }
 
 TEST_F(Cli, LayoutJsonCarriesTheVolumeAndStages) {

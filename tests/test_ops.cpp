@@ -2,7 +2,9 @@
 // cross_entropy_sum, causal_attention, SiTU-GLU,
 // the L2 normalisation and KimiRMSNormGated against scalar loops of their formulas
 // (tolerance); fp64 finite-difference gradient checks of the SiTU-GLU FFN and
-// KimiRMSNormGated; embed_tokens is a gather (bitwise).
+// KimiRMSNormGated; embed_tokens is a gather (bitwise); the fp32 product (kernels/gemm.h)
+// and project() on it against one fused multiply-add chain per element (bitwise), and
+// against fp64 (tolerance).
 //
 // The bitwise checks are the tests named *Bitwise*; every other test is a tolerance test whose
 // bound is derived next to it. All inputs come from fixed seeds.
@@ -14,11 +16,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <functional>
 #include <numeric>
 #include <string>
 #include <vector>
 
+#include "kernels/gemm.h"
 #include "kernels/mla.h"
 #include "kernels/ops.h"
 #include "kernels/vector_kernels.h"
@@ -497,6 +502,159 @@ TEST(VectorKernels, AskForAvx512KernelsOnlyWhereTheyRunAndNobodyChose) {
         << c.core << " avx512 " << c.avx512 << " user " << c.user_core << c.user_capability;
     EXPECT_EQ(got.aten_capability, c.want_capability)
         << c.core << " avx512 " << c.avx512 << " user " << c.user_core << c.user_capability;
+  }
+}
+
+
+// ---------------------------------------------------------------------------------------
+// The fp32 product (kernels/gemm.h). Its contract is one fused multiply-add chain per element
+// along k in ascending order from zero; the reference below is that definition, one element
+// at a time, written here independently of the kernel.
+
+// A [rows, cols] float matrix with the given strides, in a buffer of its own.
+struct Strided {
+  std::vector<float> buf;
+  parity::kernels::gemm::View view;
+  float at(int64_t i, int64_t j) const { return view.p[i * view.rs + j * view.cs]; }
+};
+
+// layout 0: row-major; 1: column-major; 2: row-major inside a wider buffer (row stride
+// cols + 7) starting 3 elements in, as a column slice of a larger matrix is.
+Strided strided_normal(int64_t rows, int64_t cols, int layout, uint32_t seed) {
+  Strided m;
+  const int64_t ld = layout == 2 ? cols + 7 : 0, off = layout == 2 ? 3 : 0;
+  m.buf.assign(layout == 2 ? off + rows * ld : rows * cols, std::nanf(""));
+  uint32_t x = seed * 2654435761u + 1;
+  auto next = [&x] {  // xorshift32, mapped to [-2, 2) with a few exact small integers
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    return (x % 7 == 0) ? float(int(x % 5) - 2) : float(x % 100000) / 25000.0f - 2.0f;
+  };
+  int64_t rs = cols, cs = 1;
+  if (layout == 1) rs = 1, cs = rows;
+  if (layout == 2) rs = ld;
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) m.buf[off + i * rs + j * cs] = next();
+  m.view = {m.buf.data() + off, rs, cs};
+  return m;
+}
+
+float fma_chain(const Strided& a, const Strided& b, int64_t i, int64_t j, int64_t K) {
+  float c = 0.0f;
+  for (int64_t k = 0; k < K; ++k) c = std::fma(a.at(i, k), b.at(k, j), c);
+  return c;
+}
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+// Every instruction set this CPU runs, on shapes that cross each blocking edge (12 and 6 rows
+// per tile, 32 and 16 columns, 256 values of k per block, 16 per packed transpose), each
+// layout of A and B: the bits of the chain, element by element, and C's columns outside
+// [j0, j1) untouched.
+TEST(GemmBitwise, EveryInstructionSetGivesTheChainOfEachElement) {
+  namespace g = parity::kernels::gemm;
+  struct Shape {
+    int64_t M, N, K;
+  };
+  const std::vector<Shape> shapes = {{1, 1, 1},    {1, 1, 0},    {12, 32, 16},  {13, 33, 17},
+                                     {11, 31, 15}, {24, 64, 256}, {25, 65, 257}, {97, 70, 600},
+                                     {6, 16, 513}, {200, 40, 48}};
+  int checked_isas = 0;
+  for (auto isa : {g::Isa::Avx512, g::Isa::Avx2, g::Isa::Scalar}) {
+    if (!g::runs(isa)) {
+      std::printf("[ note ] this CPU does not run gemm %s; not checked here\n", g::isa_name(isa));
+      continue;
+    }
+    ++checked_isas;
+    uint32_t seed = 1;
+    for (const auto& s : shapes)
+      for (int la = 0; la < 3; ++la)
+        for (int lb = 0; lb < 3; ++lb) {
+          const auto a = strided_normal(s.M, s.K, la, seed++);
+          const auto b = strided_normal(s.K, s.N, lb, seed++);
+          // The columns from j0 on only (j0 a panel edge where N allows), C 5 wider than N.
+          const int64_t j0 = s.N > 32 ? 32 : 0, ldc = s.N + 5;
+          std::vector<float> c(s.M * ldc, -7.5f);
+          g::multiply(isa, s.M, s.N, s.K, a.view, b.view, c.data(), ldc, j0, s.N);
+          int64_t bad = 0;
+          for (int64_t i = 0; i < s.M; ++i)
+            for (int64_t j = 0; j < ldc; ++j) {
+              const float want = (j >= j0 && j < s.N) ? fma_chain(a, b, i, j, s.K) : -7.5f;
+              bad += !same_bits(c[i * ldc + j], want);
+            }
+          EXPECT_EQ(bad, 0) << g::isa_name(isa) << " M " << s.M << " N " << s.N << " K " << s.K
+                            << " layouts " << la << lb;
+        }
+  }
+  EXPECT_GE(checked_isas, 1);
+}
+
+// project() in fp32 on CPU runs the product forward and backward: y = x w^T, dx = dy w and
+// dw = dy^T x, each element the chain of its definition; and one thread or two give the
+// same bits.
+TEST(GemmBitwise, ProjectForwardAndBackwardAreTheChains) {
+  if (!parity::kernels::gemm::chosen_isa()) GTEST_SKIP() << "PARITY_GEMM=aten";
+  const int64_t Bn = 2, T = 37, I = 45, O = 70, M = Bn * T;
+  auto gen = at::detail::createCPUGenerator(7);
+  auto x = at::randn({Bn, T, I}, gen).requires_grad_(true);
+  auto w = at::randn({O, I}, gen).requires_grad_(true);
+  auto dy = at::randn({Bn, T, O}, gen);
+  auto run = [&](int threads) {
+    at::set_num_threads(threads);
+    x.mutable_grad() = at::Tensor();
+    w.mutable_grad() = at::Tensor();
+    auto y = k::project(x, w);
+    y.backward(dy);
+    at::set_num_threads(1);
+    return std::vector<at::Tensor>{y.detach().clone(), x.grad().clone(), w.grad().clone()};
+  };
+  const auto one = run(1), two = run(2);
+  const auto X = x.detach().reshape({M, I}), W = w.detach(), DY = dy.reshape({M, O});
+  auto chain = [](const at::Tensor& a, const at::Tensor& b, int64_t i, int64_t j) {
+    float c = 0.0f;  // a [., K], b [K, .]
+    for (int64_t k = 0; k < a.size(1); ++k)
+      c = std::fma(a[i][k].item<float>(), b[k][j].item<float>(), c);
+    return c;
+  };
+  const auto Wt = W.t(), DYt = DY.t();
+  auto y = one[0].reshape({M, O}), dx = one[1].reshape({M, I}), dw = one[2];
+  int64_t bad = 0;
+  for (int64_t m = 0; m < M; m += 5)
+    for (int64_t o = 0; o < O; o += 3) bad += !same_bits(y[m][o].item<float>(), chain(X, Wt, m, o));
+  EXPECT_EQ(bad, 0) << "y";
+  bad = 0;
+  for (int64_t m = 0; m < M; m += 5)
+    for (int64_t i = 0; i < I; i += 2) bad += !same_bits(dx[m][i].item<float>(), chain(DY, W, m, i));
+  EXPECT_EQ(bad, 0) << "dx";
+  bad = 0;
+  for (int64_t o = 0; o < O; o += 3)
+    for (int64_t i = 0; i < I; i += 2) bad += !same_bits(dw[o][i].item<float>(), chain(DYt, X, o, i));
+  EXPECT_EQ(bad, 0) << "dw";
+  for (int t = 0; t < 3; ++t) EXPECT_TRUE(at::equal(one[t], two[t])) << "output " << t;
+}
+
+// The product against fp64, on every instruction set here. Bound: a sequential chain of K
+// fused multiply-adds rounds once per step, so |c - a.b| <= gamma_K sum_k |a_k b_k| with
+// gamma_K = K u / (1 - K u), u = 2^-24 (each partial sum's error compounds at most K times).
+// The fp64 reference adds at most gamma_K in 2^-53 on top, below 1e-10 of the bound here.
+TEST(Gemm, WithinTheChainBoundOfFp64) {
+  namespace g = parity::kernels::gemm;
+  const int64_t M = 33, N = 47, K = 700;
+  auto gen = at::detail::createCPUGenerator(11);
+  auto a = at::randn({M, K}, gen), b = at::randn({K, N}, gen);
+  const auto exact = at::mm(a.to(at::kDouble), b.to(at::kDouble));
+  const auto scale = at::mm(a.abs().to(at::kDouble), b.abs().to(at::kDouble));
+  const double u = std::ldexp(1.0, -24), gamma = K * u / (1 - K * u);
+  for (auto isa : {g::Isa::Avx512, g::Isa::Avx2, g::Isa::Scalar}) {
+    if (!g::runs(isa)) continue;
+    auto c = at::empty({M, N});
+    g::multiply(isa, M, N, K, {a.data_ptr<float>(), K, 1}, {b.data_ptr<float>(), N, 1},
+                c.data_ptr<float>(), N, 0, N);
+    const auto err = (c.to(at::kDouble) - exact).abs();
+    EXPECT_TRUE(at::all(err <= gamma * scale * (1 + 1e-10)).item<bool>()) << g::isa_name(isa);
+    // And the bound is not vacuous: the error is not zero everywhere.
+    EXPECT_GT(err.max().item<double>(), 0.0) << g::isa_name(isa);
   }
 }
 

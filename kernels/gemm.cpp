@@ -1,0 +1,330 @@
+// parity's fp32 matrix product (gemm.h). The vector paths are the usual blocked product: a
+// block of B's rows and columns and a block of A's rows are packed into panels, and a tile
+// of MR x NR chains of C runs in registers over the block's k, one fused multiply-add per
+// element and k. Built with -ffp-contract=off (kernels/CMakeLists.txt): the only fused
+// operations are the explicit ones.
+#include "kernels/gemm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define PARITY_GEMM_X86 1
+#endif
+
+#include "kernels/config.h"
+
+namespace parity::kernels::gemm {
+namespace {
+
+// A 64-byte aligned float buffer that grows and is kept per thread.
+class Buffer {
+ public:
+  float* get(int64_t n) {
+    if (n > size_) {
+      data_.reset(static_cast<float*>(std::aligned_alloc(64, round_up(n) * sizeof(float))));
+      if (!data_) throw std::bad_alloc();
+      size_ = round_up(n);
+    }
+    return data_.get();
+  }
+
+ private:
+  static int64_t round_up(int64_t n) { return (n + 15) / 16 * 16; }
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  std::unique_ptr<float, Free> data_;
+  int64_t size_ = 0;
+};
+
+// Copies a block of `rows` (at most 16) rows of 16 contiguous values, rows ld apart, to
+// out transposed: value c of row r to out[c * ostride + r]. Pure data movement.
+using Transpose16 = void (*)(const float* src, int64_t ld, int rows, float* out, int64_t ostride);
+
+// Panels of A: rows i0 .. i0+m of A over k0 .. k0+kc, MR rows to a panel, each panel k-major
+// (MR values per k), the rows past m zero.
+template <int MR>
+void pack_a(View A, int64_t i0, int64_t m, int64_t k0, int64_t kc, float* dst, Transpose16 t16) {
+  for (int64_t p = 0; p < m; p += MR, dst += MR * kc) {
+    const int64_t rows = std::min<int64_t>(MR, m - p);
+    if (rows < MR) std::fill(dst, dst + MR * kc, 0.0f);
+    const float* src = A.p + (i0 + p) * A.rs + k0 * A.cs;
+    if (A.cs == 1) {
+      int64_t k = 0;
+      if (t16 != nullptr && rows == MR)
+        for (; k + 16 <= kc; k += 16) t16(src + k, A.rs, MR, dst + k * MR, MR);
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t kk = k; kk < kc; ++kk) dst[kk * MR + i] = src[i * A.rs + kk];
+    } else {
+      for (int64_t k = 0; k < kc; ++k)
+        for (int64_t i = 0; i < rows; ++i) dst[k * MR + i] = src[i * A.rs + k * A.cs];
+    }
+  }
+}
+
+// Panels of B: columns j0 .. j0+n over k0 .. k0+kc, NR columns to a panel, each panel
+// k-major (NR values per k), the columns past n zero.
+template <int NR>
+void pack_b(View B, int64_t j0, int64_t n, int64_t k0, int64_t kc, float* dst, Transpose16 t16) {
+  for (int64_t q = 0; q < n; q += NR, dst += NR * kc) {
+    const int64_t cols = std::min<int64_t>(NR, n - q);
+    if (cols < NR) std::fill(dst, dst + NR * kc, 0.0f);
+    const float* src = B.p + k0 * B.rs + (j0 + q) * B.cs;
+    if (B.cs == 1) {
+      for (int64_t k = 0; k < kc; ++k)
+        std::memcpy(dst + k * NR, src + k * B.rs, sizeof(float) * cols);
+    } else if (B.rs == 1 && t16 != nullptr && cols == NR && NR % 16 == 0) {
+      int64_t k = 0;
+      for (; k + 16 <= kc; k += 16)
+        for (int j = 0; j < NR; j += 16) t16(src + k + j * B.cs, B.cs, 16, dst + k * NR + j, NR);
+      for (int64_t j = 0; j < cols; ++j)
+        for (int64_t kk = k; kk < kc; ++kk) dst[kk * NR + j] = src[kk + j * B.cs];
+    } else {
+      for (int64_t j = 0; j < cols; ++j)
+        for (int64_t k = 0; k < kc; ++k) dst[k * NR + j] = src[k * B.rs + j * B.cs];
+    }
+  }
+}
+
+// The blocked product over columns j0 .. j1 with the tile of Kernel: Kernel::tile(kc, a, b,
+// c, ldc, more) runs MR x NR chains over kc values of k from packed panels a and b, starting
+// from zero, or from c when `more` (the chain continues from the block before).
+template <class Kernel>
+void blocked(int64_t M, int64_t K, View A, View B, float* C, int64_t ldc, int64_t j0,
+             int64_t j1) {
+  constexpr int MR = Kernel::MR, NR = Kernel::NR;
+  constexpr int64_t MC = Kernel::MC, KC = Kernel::KC, NC = Kernel::NC;
+  thread_local Buffer a_buf, b_buf;
+  float* ap = a_buf.get(MC * KC);
+  float* bp = b_buf.get(KC * NC);
+  alignas(64) float edge[MR * NR];
+  for (int64_t jc = j0; jc < j1; jc += NC) {
+    const int64_t nc = std::min(NC, j1 - jc);
+    for (int64_t pc = 0; pc < K; pc += KC) {
+      const int64_t kc = std::min(KC, K - pc);
+      const bool more = pc > 0;
+      pack_b<NR>(B, jc, nc, pc, kc, bp, Kernel::transpose16);
+      for (int64_t ic = 0; ic < M; ic += MC) {
+        const int64_t mc = std::min(MC, M - ic);
+        pack_a<MR>(A, ic, mc, pc, kc, ap, Kernel::transpose16);
+        for (int64_t jr = 0; jr < nc; jr += NR) {
+          const int64_t nr = std::min<int64_t>(NR, nc - jr);
+          for (int64_t ir = 0; ir < mc; ir += MR) {
+            const int64_t mr = std::min<int64_t>(MR, mc - ir);
+            float* c = C + (ic + ir) * ldc + jc + jr;
+            const float* a = ap + ir * kc;
+            const float* b = bp + jr * kc;
+            if (mr == MR && nr == NR) {
+              Kernel::tile(kc, a, b, c, ldc, more);
+              continue;
+            }
+            // An edge tile runs whole on a scratch tile; only its valid part is read and
+            // written back (the padded rows and columns are zero and touch nothing else).
+            if (more)
+              for (int64_t i = 0; i < mr; ++i) std::memcpy(edge + i * NR, c + i * ldc, sizeof(float) * nr);
+            Kernel::tile(kc, a, b, edge, NR, more);
+            for (int64_t i = 0; i < mr; ++i) std::memcpy(c + i * ldc, edge + i * NR, sizeof(float) * nr);
+          }
+        }
+      }
+    }
+  }
+}
+
+#ifdef PARITY_GEMM_X86
+// AVX-512: 12 rows x 32 columns, 24 accumulators.
+struct Avx512 {
+  static constexpr int MR = 12, NR = 32;
+  static constexpr int64_t MC = 96, KC = 256, NC = 1024;
+  // The low and high 64-bit halves of each 128-bit lane of a and b, interleaved.
+  __attribute__((target("avx512f"), always_inline)) static inline __m512 pairs_lo(__m512 a,
+                                                                                  __m512 b) {
+    return _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+  }
+  __attribute__((target("avx512f"), always_inline)) static inline __m512 pairs_hi(__m512 a,
+                                                                                  __m512 b) {
+    return _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+  }
+  // The 16 x 16 transpose: interleave pairs of rows (32-bit), then pairs of pairs (64-bit),
+  // then gather the 128-bit lanes. Rows past `rows` read as zero; each output row is masked to
+  // `rows` values.
+  __attribute__((target("avx512f"))) static void transpose16(const float* src, int64_t ld,
+                                                             int rows, float* out,
+                                                             int64_t ostride) {
+    __m512 r[16], t[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_loadu_ps(src + i * ld) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int i = 0; i < 16; i += 2) {
+      t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+      t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    // u[4q + m]: lane L holds column 4L + m of rows 4q .. 4q+3.
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) {
+      const int b = 4 * q;
+      r[b] = pairs_lo(t[b], t[b + 2]);
+      r[b + 1] = pairs_hi(t[b], t[b + 2]);
+      r[b + 2] = pairs_lo(t[b + 1], t[b + 3]);
+      r[b + 3] = pairs_hi(t[b + 1], t[b + 3]);
+    }
+    const __mmask16 mask = static_cast<__mmask16>((1u << rows) - 1);
+#pragma GCC unroll 4
+    for (int m = 0; m < 4; ++m) {
+      const __m512 v = _mm512_shuffle_f32x4(r[m], r[4 + m], 0x88),
+                   w = _mm512_shuffle_f32x4(r[m], r[4 + m], 0xdd),
+                   x = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0x88),
+                   y = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0xdd);
+      _mm512_mask_storeu_ps(out + (m + 0) * ostride, mask, _mm512_shuffle_f32x4(v, x, 0x88));
+      _mm512_mask_storeu_ps(out + (m + 4) * ostride, mask, _mm512_shuffle_f32x4(w, y, 0x88));
+      _mm512_mask_storeu_ps(out + (m + 8) * ostride, mask, _mm512_shuffle_f32x4(v, x, 0xdd));
+      _mm512_mask_storeu_ps(out + (m + 12) * ostride, mask, _mm512_shuffle_f32x4(w, y, 0xdd));
+    }
+  }
+  __attribute__((target("avx512f"))) static void tile(int64_t kc, const float* a,
+                                                      const float* b, float* c, int64_t ldc,
+                                                      bool more) {
+    __m512 acc[MR][2];
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; ++i) {
+      acc[i][0] = more ? _mm512_loadu_ps(c + i * ldc) : _mm512_setzero_ps();
+      acc[i][1] = more ? _mm512_loadu_ps(c + i * ldc + 16) : _mm512_setzero_ps();
+    }
+    for (int64_t k = 0; k < kc; ++k, a += MR, b += NR) {
+      const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+#pragma GCC unroll 12
+      for (int i = 0; i < MR; ++i) {
+        const __m512 ai = _mm512_set1_ps(a[i]);
+        acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
+        acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
+      }
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; ++i) {
+      _mm512_storeu_ps(c + i * ldc, acc[i][0]);
+      _mm512_storeu_ps(c + i * ldc + 16, acc[i][1]);
+    }
+  }
+};
+
+// AVX2 with FMA: 6 rows x 16 columns, 12 accumulators.
+struct Avx2 {
+  static constexpr int MR = 6, NR = 16;
+  static constexpr int64_t MC = 96, KC = 256, NC = 1024;
+  static constexpr Transpose16 transpose16 = nullptr;
+  __attribute__((target("avx2,fma"))) static void tile(int64_t kc, const float* a,
+                                                       const float* b, float* c, int64_t ldc,
+                                                       bool more) {
+    __m256 acc[MR][2];
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; ++i) {
+      acc[i][0] = more ? _mm256_loadu_ps(c + i * ldc) : _mm256_setzero_ps();
+      acc[i][1] = more ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_setzero_ps();
+    }
+    for (int64_t k = 0; k < kc; ++k, a += MR, b += NR) {
+      const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+#pragma GCC unroll 6
+      for (int i = 0; i < MR; ++i) {
+        const __m256 ai = _mm256_broadcast_ss(a + i);
+        acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);
+        acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
+      }
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; ++i) {
+      _mm256_storeu_ps(c + i * ldc, acc[i][0]);
+      _mm256_storeu_ps(c + i * ldc + 8, acc[i][1]);
+    }
+  }
+};
+#endif
+
+// The chains one element at a time, with the C library's fused multiply-add.
+void scalar(int64_t M, int64_t K, View A, View B, float* C, int64_t ldc, int64_t j0,
+            int64_t j1) {
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = j0; j < j1; ++j) {
+      float c = 0.0f;
+      for (int64_t k = 0; k < K; ++k) c = std::fma(A.p[i * A.rs + k * A.cs], B.p[k * B.rs + j * B.cs], c);
+      C[i * ldc + j] = c;
+    }
+}
+
+}  // namespace
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Avx512: return "avx512";
+    case Isa::Avx2: return "avx2";
+    case Isa::Scalar: return "scalar";
+  }
+  return "?";
+}
+
+bool runs(Isa isa) {
+#ifdef PARITY_GEMM_X86
+  if (isa == Isa::Avx512) return __builtin_cpu_supports("avx512f");
+  if (isa == Isa::Avx2) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  if (isa != Isa::Scalar) return false;
+#endif
+  return true;
+}
+
+Isa best_isa() {
+  static const Isa best = [] {
+    for (Isa isa : {Isa::Avx512, Isa::Avx2})
+      if (runs(isa)) return isa;
+    return Isa::Scalar;
+  }();
+  return best;
+}
+
+std::optional<Isa> chosen_isa() {
+  static const std::optional<Isa> choice = []() -> std::optional<Isa> {
+    const char* env = std::getenv("PARITY_GEMM");
+    if (env == nullptr || *env == '\0') return best_isa();
+    const std::string name = env;
+    if (name == "aten") return std::nullopt;
+    for (Isa isa : {Isa::Avx512, Isa::Avx2, Isa::Scalar}) {
+      if (name != isa_name(isa)) continue;
+      if (!runs(isa))
+        throw ConfigError("PARITY_GEMM=" + name + ": this CPU does not run it; use " +
+                                    isa_name(best_isa()) + ", scalar or aten, or unset it");
+      return isa;
+    }
+    throw ConfigError("PARITY_GEMM=" + name +
+                                ": unknown; use avx512, avx2, scalar or aten, or unset it");
+  }();
+  return choice;
+}
+
+std::string chosen_name() {
+  const auto isa = chosen_isa();
+  return isa ? std::string("parity ") + isa_name(*isa) : std::string("ATen");
+}
+
+void multiply(Isa isa, int64_t M, int64_t N, int64_t K, View A, View B, float* C, int64_t ldc,
+              int64_t j0, int64_t j1) {
+  (void)N;
+  if (M <= 0 || j1 <= j0) return;
+  if (K == 0) {
+    for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc + j0, C + i * ldc + j1, 0.0f);
+    return;
+  }
+  switch (isa) {
+#ifdef PARITY_GEMM_X86
+    case Isa::Avx512: return blocked<Avx512>(M, K, A, B, C, ldc, j0, j1);
+    case Isa::Avx2: return blocked<Avx2>(M, K, A, B, C, ldc, j0, j1);
+#endif
+    default: return scalar(M, K, A, B, C, ldc, j0, j1);
+  }
+}
+
+}  // namespace parity::kernels::gemm

@@ -46,6 +46,9 @@ class Buffer {
 // Copies a block of `rows` (at most 16) rows of 16 contiguous values, rows ld apart, to
 // out transposed: value c of row r to out[c * ostride + r]. Pure data movement.
 using Transpose16 = void (*)(const float* src, int64_t ld, int rows, float* out, int64_t ostride);
+// Copies kc rows of NR contiguous values, rows ld apart, to out contiguously (the vector
+// moves of the kernel's width: a fixed-size memcpy here becomes a slow string copy).
+using CopyRows = void (*)(const float* src, int64_t ld, int64_t kc, float* out);
 
 // Panels of A: rows i0 .. i0+m of A over k0 .. k0+kc, MR rows to a panel, each panel k-major
 // (MR values per k), the rows past m zero.
@@ -71,14 +74,17 @@ void pack_a(View A, int64_t i0, int64_t m, int64_t k0, int64_t kc, float* dst, T
 // Panels of B: columns j0 .. j0+n over k0 .. k0+kc, NR columns to a panel, each panel
 // k-major (NR values per k), the columns past n zero.
 template <int NR>
-void pack_b(View B, int64_t j0, int64_t n, int64_t k0, int64_t kc, float* dst, Transpose16 t16) {
+void pack_b(View B, int64_t j0, int64_t n, int64_t k0, int64_t kc, float* dst, Transpose16 t16,
+            CopyRows copy_rows) {
   for (int64_t q = 0; q < n; q += NR, dst += NR * kc) {
     const int64_t cols = std::min<int64_t>(NR, n - q);
     if (cols < NR) std::fill(dst, dst + NR * kc, 0.0f);
     const float* src = B.p + k0 * B.rs + (j0 + q) * B.cs;
-    if (B.cs == 1) {
+    if (B.cs == 1 && cols == NR) {
+      copy_rows(src, B.rs, kc, dst);
+    } else if (B.cs == 1) {
       for (int64_t k = 0; k < kc; ++k)
-        std::memcpy(dst + k * NR, src + k * B.rs, sizeof(float) * cols);
+        for (int64_t j = 0; j < cols; ++j) dst[k * NR + j] = src[k * B.rs + j];
     } else if (B.rs == 1 && t16 != nullptr && cols == NR && NR % 16 == 0) {
       int64_t k = 0;
       for (; k + 16 <= kc; k += 16)
@@ -109,7 +115,7 @@ void blocked(int64_t M, int64_t K, View A, View B, float* C, int64_t ldc, int64_
     for (int64_t pc = 0; pc < K; pc += KC) {
       const int64_t kc = std::min(KC, K - pc);
       const bool more = pc > 0;
-      pack_b<NR>(B, jc, nc, pc, kc, bp, Kernel::transpose16);
+      pack_b<NR>(B, jc, nc, pc, kc, bp, Kernel::transpose16, Kernel::copy_rows);
       for (int64_t ic = 0; ic < M; ic += MC) {
         const int64_t mc = std::min(MC, M - ic);
         pack_a<MR>(A, ic, mc, pc, kc, ap, Kernel::transpose16);
@@ -142,6 +148,13 @@ void blocked(int64_t M, int64_t K, View A, View B, float* C, int64_t ldc, int64_
 struct Avx512 {
   static constexpr int MR = 12, NR = 32;
   static constexpr int64_t MC = 96, KC = 256, NC = 1024;
+  __attribute__((target("avx512f"))) static void copy_rows(const float* src, int64_t ld,
+                                                           int64_t kc, float* out) {
+    for (int64_t k = 0; k < kc; ++k, src += ld, out += NR) {
+      _mm512_store_ps(out, _mm512_loadu_ps(src));
+      _mm512_store_ps(out + 16, _mm512_loadu_ps(src + 16));
+    }
+  }
   // The low and high 64-bit halves of each 128-bit lane of a and b, interleaved.
   __attribute__((target("avx512f"), always_inline)) static inline __m512 pairs_lo(__m512 a,
                                                                                   __m512 b) {
@@ -218,6 +231,13 @@ struct Avx2 {
   static constexpr int MR = 6, NR = 16;
   static constexpr int64_t MC = 96, KC = 256, NC = 1024;
   static constexpr Transpose16 transpose16 = nullptr;
+  __attribute__((target("avx2"))) static void copy_rows(const float* src, int64_t ld,
+                                                        int64_t kc, float* out) {
+    for (int64_t k = 0; k < kc; ++k, src += ld, out += NR) {
+      _mm256_store_ps(out, _mm256_loadu_ps(src));
+      _mm256_store_ps(out + 8, _mm256_loadu_ps(src + 8));
+    }
+  }
   __attribute__((target("avx2,fma"))) static void tile(int64_t kc, const float* a,
                                                        const float* b, float* c, int64_t ldc,
                                                        bool more) {

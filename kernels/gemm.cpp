@@ -5,11 +5,12 @@
 // operations are the explicit ones.
 #include "kernels/gemm.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <new>
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -22,25 +23,34 @@
 namespace parity::kernels::gemm {
 namespace {
 
-// A 64-byte aligned float buffer that grows and is kept per thread.
+// A page-aligned float buffer that grows, kept per thread. It is mapped on its own, outside
+// the heap: only the pages the products touch count, and it leaves no holes in the heap.
 class Buffer {
  public:
+  Buffer() = default;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() { release(); }
   float* get(int64_t n) {
-    if (n > size_) {
-      data_.reset(static_cast<float*>(std::aligned_alloc(64, round_up(n) * sizeof(float))));
-      if (!data_) throw std::bad_alloc();
-      size_ = round_up(n);
+    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+    if (bytes > bytes_) {
+      release();
+      void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) throw std::bad_alloc();
+      data_ = static_cast<float*>(p);
+      bytes_ = bytes;
     }
-    return data_.get();
+    return data_;
   }
 
  private:
-  static int64_t round_up(int64_t n) { return (n + 15) / 16 * 16; }
-  struct Free {
-    void operator()(float* p) const { std::free(p); }
-  };
-  std::unique_ptr<float, Free> data_;
-  int64_t size_ = 0;
+  void release() {
+    if (data_ != nullptr) munmap(data_, bytes_);
+    data_ = nullptr;
+    bytes_ = 0;
+  }
+  float* data_ = nullptr;
+  size_t bytes_ = 0;
 };
 
 // Copies a block of `rows` (at most 16) rows of 16 contiguous values, rows ld apart, to

@@ -44,7 +44,7 @@ PARITY_INLINE void forward_impl(const Shape& s, const S* stack, const S* partial
   using A = Acc<S>;
   const int64_t M = s.N + 1, D = s.D;
   const A eps = A(s.eps), Dn = A(D);
-  std::vector<A> v(M * D), logit(M), o(D);
+  Scratch<A> v(M * D), logit(M), o(D);
   for (int64_t t = t0; t < t1; ++t) {
     load_entries(s, stack, partial, t, v.data());
     A* rt = r + t * M;
@@ -80,7 +80,7 @@ PARITY_INLINE void backward_impl(const Shape& s, const S* stack, const S* partia
   using A = Acc<S>;
   const int64_t N = s.N, M = N + 1, D = s.D;
   const A Dn = A(D);
-  std::vector<A> v(M * D), dp(M);
+  Scratch<A> v(M * D), dp(M);
   for (int64_t t = t0; t < t1; ++t) {
     load_entries(s, stack, partial, t, v.data());
     const A* rt = r + t * M;

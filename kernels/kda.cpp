@@ -102,8 +102,8 @@ E* row_head(const at::Tensor& t, int64_t bh) {
   return t.data_ptr<E>() + bh * (t.numel() / (t.size(0) * t.size(1)));
 }
 
-// The fused core as an autograd Function: forward saves the key-side inputs, the chunk
-// entering states and r; backward runs kda_core::backward on them.
+// The fused core as an autograd Function: forward saves q, k, beta, the decay a = exp(g),
+// the chunk entering states and r; backward runs kda_core::backward on them.
 struct KdaFusedFunction : torch::autograd::Function<KdaFusedFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q_in,
                             const at::Tensor& k_in, const at::Tensor& v_in,
@@ -118,16 +118,17 @@ struct KdaFusedFunction : torch::autograd::Function<KdaFusedFunction> {
     auto o = at::empty({B, H, T, V}, v.options());
     auto states = at::empty({B, H, n_state}, v.options());
     auto r = at::empty({B, H, T, Vp}, v.options());
+    auto a = at::empty_like(g);
     AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "kda_fused_forward", [&] {
       at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
         for (int64_t bh = begin; bh < end; ++bh) {
           const auto slice = [bh](const at::Tensor& t) { return row_head<scalar_t>(t, bh); };
           kda_core::forward(s, slice(q), slice(k), slice(v), slice(g), slice(beta), slice(o),
-                            slice(states), slice(r));
+                            slice(states), slice(r), slice(a));
         }
       });
     });
-    ctx->save_for_backward({q, k, g, beta, states, r});
+    ctx->save_for_backward({q, k, a, beta, states, r});
     ctx->saved_data["chunk"] = chunk;
     ctx->saved_data["V"] = V;
     return o;
@@ -136,19 +137,19 @@ struct KdaFusedFunction : torch::autograd::Function<KdaFusedFunction> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const auto &q = saved[0], &k = saved[1], &g = saved[2], &beta = saved[3],
+    const auto &q = saved[0], &k = saved[1], &a = saved[2], &beta = saved[3],
                &states = saved[4], &r = saved[5];
     const int64_t B = q.size(0), H = q.size(1), T = q.size(2), K = q.size(3);
     const int64_t V = ctx->saved_data["V"].toInt();
     const kda_core::Shape s{T, K, V, ctx->saved_data["chunk"].toInt()};
     auto dout = grads[0].contiguous();
-    auto dq = at::empty_like(q), dk = at::empty_like(k), dg = at::empty_like(g),
+    auto dq = at::empty_like(q), dk = at::empty_like(k), dg = at::empty_like(a),
          dbeta = at::empty_like(beta), dv = at::empty({B, H, T, V}, q.options());
     AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "kda_fused_backward", [&] {
       at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
         for (int64_t bh = begin; bh < end; ++bh) {
           const auto slice = [bh](const at::Tensor& t) { return row_head<scalar_t>(t, bh); };
-          kda_core::backward(s, slice(q), slice(k), slice(g), slice(beta), slice(states),
+          kda_core::backward(s, slice(q), slice(k), slice(a), slice(beta), slice(states),
                              slice(r), slice(dout), slice(dq), slice(dk), slice(dv), slice(dg),
                              slice(dbeta));
         }

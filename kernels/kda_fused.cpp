@@ -9,16 +9,12 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/loop_elems.h"
+
 namespace parity::kernels::kda_core {
 namespace {
 
-#define PARITY_INLINE inline __attribute__((always_inline))
-// One clone per vector ISA, chosen at load time; the arithmetic is the same in each.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define PARITY_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define PARITY_CLONES
-#endif
+using loop_elems::Scratch;
 
 // A vector of E and the integer vector of its lane indices (for shuffles).
 template <class E>
@@ -86,6 +82,7 @@ PARITY_INLINE Vec<E> lane_sums(const E* parts) {
 
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
+
 // Value columns per forward tile, in vectors: the tile's K rows of state stay in L1 while
 // the whole sequence runs through it. Tiles are independent in the forward (no sum crosses
 // value columns), so the width changes no bits there.
@@ -143,15 +140,15 @@ PARITY_INLINE void forward_tile(const Shape& s, int64_t Kp, int64_t Vp, int64_t 
 
 template <class E>
 PARITY_INLINE void forward_impl(const Shape& s, const E* q, const E* k, const E* v, const E* g,
-                                const E* beta, E* o, E* states, E* r) {
+                                const E* beta, E* o, E* states, E* r, E* a) {
   constexpr int W = kLanes<E>;
   const int64_t T = s.T, K = s.K, V = s.V, Kp = round_up(K, W), Vp = round_up(V, W);
-  std::vector<E> a(T * K), vpad(T * Vp, E(0)), opad(T * Vp), S(K * kFwdTileVecs * W);
+  Scratch<E> vpad(T * Vp, E(0)), opad(T * Vp), S(K * kFwdTileVecs * W);
   for (int64_t i = 0; i < T * K; ++i) a[i] = std::exp(g[i]);
   for (int64_t t = 0; t < T; ++t) std::memcpy(&vpad[t * Vp], v + t * V, sizeof(E) * V);
   for (int64_t j0 = 0; j0 < Vp; j0 += kFwdTileVecs * W) {
     const auto tile = [&](auto nv) {
-      forward_tile<E, decltype(nv)::value>(s, Kp, Vp, j0, q, k, a.data(), vpad.data(), beta,
+      forward_tile<E, decltype(nv)::value>(s, Kp, Vp, j0, q, k, a, vpad.data(), beta,
                                            S.data(), opad.data(), states, r);
     };
     switch (std::min<int64_t>(kFwdTileVecs, (Vp - j0) / W)) {
@@ -176,7 +173,7 @@ PARITY_INLINE void forward_impl(const Shape& s, const E* q, const E* k, const E*
 // over key channels (du) are vector sums plus one lane tree per column, and the sums over
 // value columns (dq, dk, dg) are vector sums in column order.
 template <class E>
-PARITY_INLINE void backward_impl(const Shape& s, const E* q, const E* k, const E* g,
+PARITY_INLINE void backward_impl(const Shape& s, const E* q, const E* k, const E* a,
                                  const E* beta, const E* states, const E* r, const E* dout,
                                  E* dq, E* dk, E* dv, E* dg, E* dbeta) {
   constexpr int W = kLanes<E>;
@@ -185,19 +182,18 @@ PARITY_INLINE void backward_impl(const Shape& s, const E* q, const E* k, const E
   const int64_t VT = kBwdTileCols;
   // Key-side inputs padded to Kp with zeros (padded state rows then stay zero), and the
   // key-side gradients accumulated the same way.
-  std::vector<E> qp(T * Kp, E(0)), kp(T * Kp, E(0)), ap(T * Kp, E(0));
-  std::vector<E> dqp(T * Kp, E(0)), dkp(T * Kp, E(0)), dgp(T * Kp, E(0));
+  Scratch<E> qp(T * Kp, E(0)), kp(T * Kp, E(0)), ap(T * Kp, E(0));
+  Scratch<E> dqp(T * Kp, E(0)), dkp(T * Kp, E(0)), dgp(T * Kp, E(0));
   for (int64_t t = 0; t < T; ++t)
     for (int64_t i = 0; i < K; ++i) {
       qp[t * Kp + i] = q[t * K + i];
       kp[t * Kp + i] = k[t * K + i];
-      ap[t * Kp + i] = std::exp(g[t * K + i]);
+      ap[t * Kp + i] = a[t * K + i];
     }
   std::fill(dbeta, dbeta + T, E(0));
-  // du_part holds one vector of partial sums per column (plain element storage: the
-  // vector type's 64-byte alignment is not the allocator's); du_col their lane sums (a
-  // last tile narrower than VT sums stale columns past nc too, and never reads them).
-  std::vector<E> cur(VT * Kp), G(VT * Kp), Sp(C * VT * Kp), uu(VT), dw(VT), du_part(VT * W, E(0)),
+  // du_part holds one vector of partial sums per column; du_col their lane sums (a last
+  // tile narrower than VT sums stale columns past nc too, and never reads them).
+  Scratch<E> cur(VT * Kp), G(VT * Kp), Sp(C * VT * Kp), uu(VT), dw(VT), du_part(VT * W, E(0)),
       du_col(VT);
 
   for (int64_t j0 = 0; j0 < V; j0 += VT) {
@@ -279,25 +275,25 @@ PARITY_INLINE void backward_impl(const Shape& s, const E* q, const E* k, const E
 
 PARITY_CLONES void forward_f32(const Shape& s, const float* q, const float* k, const float* v,
                                const float* g, const float* beta, float* o, float* states,
-                               float* r) {
-  forward_impl<float>(s, q, k, v, g, beta, o, states, r);
+                               float* r, float* a) {
+  forward_impl<float>(s, q, k, v, g, beta, o, states, r, a);
 }
 PARITY_CLONES void forward_f64(const Shape& s, const double* q, const double* k,
                                const double* v, const double* g, const double* beta,
-                               double* o, double* states, double* r) {
-  forward_impl<double>(s, q, k, v, g, beta, o, states, r);
+                               double* o, double* states, double* r, double* a) {
+  forward_impl<double>(s, q, k, v, g, beta, o, states, r, a);
 }
-PARITY_CLONES void backward_f32(const Shape& s, const float* q, const float* k, const float* g,
+PARITY_CLONES void backward_f32(const Shape& s, const float* q, const float* k, const float* a,
                                 const float* beta, const float* states, const float* r,
                                 const float* dout, float* dq, float* dk, float* dv, float* dg,
                                 float* dbeta) {
-  backward_impl<float>(s, q, k, g, beta, states, r, dout, dq, dk, dv, dg, dbeta);
+  backward_impl<float>(s, q, k, a, beta, states, r, dout, dq, dk, dv, dg, dbeta);
 }
 PARITY_CLONES void backward_f64(const Shape& s, const double* q, const double* k,
-                                const double* g, const double* beta, const double* states,
+                                const double* a, const double* beta, const double* states,
                                 const double* r, const double* dout, double* dq, double* dk,
                                 double* dv, double* dg, double* dbeta) {
-  backward_impl<double>(s, q, k, g, beta, states, r, dout, dq, dk, dv, dg, dbeta);
+  backward_impl<double>(s, q, k, a, beta, states, r, dout, dq, dk, dv, dg, dbeta);
 }
 
 }  // namespace
@@ -309,22 +305,23 @@ int64_t state_elems(const Shape& s, bool fp64) {
 }
 
 void forward(const Shape& s, const float* q, const float* k, const float* v, const float* g,
-             const float* beta, float* o, float* states, float* r) {
-  forward_f32(s, q, k, v, g, beta, o, states, r);
+             const float* beta, float* o, float* states, float* r, float* a) {
+  forward_f32(s, q, k, v, g, beta, o, states, r, a);
 }
 void forward(const Shape& s, const double* q, const double* k, const double* v,
-             const double* g, const double* beta, double* o, double* states, double* r) {
-  forward_f64(s, q, k, v, g, beta, o, states, r);
+             const double* g, const double* beta, double* o, double* states, double* r,
+             double* a) {
+  forward_f64(s, q, k, v, g, beta, o, states, r, a);
 }
-void backward(const Shape& s, const float* q, const float* k, const float* g,
+void backward(const Shape& s, const float* q, const float* k, const float* a,
               const float* beta, const float* states, const float* r, const float* dout,
               float* dq, float* dk, float* dv, float* dg, float* dbeta) {
-  backward_f32(s, q, k, g, beta, states, r, dout, dq, dk, dv, dg, dbeta);
+  backward_f32(s, q, k, a, beta, states, r, dout, dq, dk, dv, dg, dbeta);
 }
-void backward(const Shape& s, const double* q, const double* k, const double* g,
+void backward(const Shape& s, const double* q, const double* k, const double* a,
               const double* beta, const double* states, const double* r, const double* dout,
               double* dq, double* dk, double* dv, double* dg, double* dbeta) {
-  backward_f64(s, q, k, g, beta, states, r, dout, dq, dk, dv, dg, dbeta);
+  backward_f64(s, q, k, a, beta, states, r, dout, dq, dk, dv, dg, dbeta);
 }
 
 }  // namespace parity::kernels::kda_core

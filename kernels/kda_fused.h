@@ -4,7 +4,7 @@
 // Forward, per token t (S the [K, V] state, zero before token 0):
 //   S' = diag(a_t) S,  a_t = exp(g_t)     w = S'^T k_t     r_t = v_t - w
 //   S  = S' + k_t (beta_t r_t)^T          o_t = S^T q_t
-// It saves the state entering every chunk of `chunk` tokens and r_t; the backward walks the
+// It saves the state entering every chunk of `chunk` tokens, r_t and a_t; the backward walks the
 // chunks last to first, recomputes the chunk's S' from its entering state and r, and runs the
 // adjoint of the four lines above token by token (kda_fused.cpp derives each line).
 //
@@ -31,18 +31,20 @@ int64_t padded(int64_t n, bool fp64);
 int64_t state_elems(const Shape& s, bool fp64);
 
 // One (row, head). q, k, g: [T, K]; v: [T, V]; beta: [T] (contiguous). Writes o [T, V],
-// states [ceil(T/chunk), Kp, Vp] (the state entering each chunk) and r [T, Vp].
+// states [ceil(T/chunk), Kp, Vp] (the state entering each chunk), r [T, Vp] and the decay
+// a = exp(g) [T, K].
 void forward(const Shape& s, const float* q, const float* k, const float* v, const float* g,
-             const float* beta, float* o, float* states, float* r);
+             const float* beta, float* o, float* states, float* r, float* a);
 void forward(const Shape& s, const double* q, const double* k, const double* v,
-             const double* g, const double* beta, double* o, double* states, double* r);
+             const double* g, const double* beta, double* o, double* states, double* r,
+             double* a);
 
 // The gradients of sum(o * dout) w.r.t. q, k, v, g, beta (shapes as the inputs), from the
-// forward's inputs and saved buffers. Overwrites dq, dk, dv, dg, dbeta.
-void backward(const Shape& s, const float* q, const float* k, const float* g,
+// forward's inputs (g through its a) and saved buffers. Overwrites dq, dk, dv, dg, dbeta.
+void backward(const Shape& s, const float* q, const float* k, const float* a,
               const float* beta, const float* states, const float* r, const float* dout,
               float* dq, float* dk, float* dv, float* dg, float* dbeta);
-void backward(const Shape& s, const double* q, const double* k, const double* g,
+void backward(const Shape& s, const double* q, const double* k, const double* a,
               const double* beta, const double* states, const double* r, const double* dout,
               double* dq, double* dk, double* dv, double* dg, double* dbeta);
 

@@ -23,14 +23,14 @@ PARITY_INLINE void conv_fwd(const ConvShape& s, const S* x, const S* w, S* y, in
                             int64_t c1) {
   using A = Acc<S>;
   const int64_t T = s.T, C = s.C, J = s.J;
-  std::vector<A> wt(J * kTile);
+  Scratch<A> wt(J * kTile);
   for (int64_t cb = c0; cb < c1; cb += kTile) {
     const int64_t n = std::min(kTile, c1 - cb);
     for (int64_t j = 0; j < J; ++j)
       for (int64_t c = 0; c < n; ++c) wt[j * kTile + c] = widen<S>(w[(cb + c) * J + j]);
     for (int64_t b = 0; b < s.B; ++b)
       for (int64_t t = 0; t < T; ++t) {
-        A acc[kTile] = {};
+        alignas(64) A acc[kTile] = {};
         for (int64_t j = 0; j < J; ++j) {
           const int64_t src = t - J + 1 + j;
           if (src < 0) continue;
@@ -49,7 +49,7 @@ PARITY_INLINE void conv_bwd(const ConvShape& s, const S* x, const S* w, const S*
                             S* dw, int64_t c0, int64_t c1) {
   using A = Acc<S>;
   const int64_t T = s.T, C = s.C, J = s.J;
-  std::vector<A> wt(J * kTile), dwt(J * kTile);
+  Scratch<A> wt(J * kTile), dwt(J * kTile);
   for (int64_t cb = c0; cb < c1; cb += kTile) {
     const int64_t n = std::min(kTile, c1 - cb);
     for (int64_t j = 0; j < J; ++j)
@@ -58,7 +58,7 @@ PARITY_INLINE void conv_bwd(const ConvShape& s, const S* x, const S* w, const S*
     for (int64_t b = 0; b < s.B; ++b)
       for (int64_t t = 0; t < T; ++t) {
         // dx at token t: the taps that read x_t, dy at t + J - 1 - j, taps ascending.
-        A acc[kTile] = {};
+        alignas(64) A acc[kTile] = {};
         for (int64_t j = 0; j < J; ++j) {
           const int64_t dst = t + J - 1 - j;
           if (dst >= T) continue;

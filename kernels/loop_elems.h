@@ -1,10 +1,15 @@
-// Element helpers of the torch-free loop kernels (kda_prep.cpp, attn_res_loops.cpp): bf16
-// travels as its 16 bits and accumulates in fp32; fp32 and fp64 accumulate in themselves.
+// Element helpers of the torch-free loop kernels (kda_fused.cpp, kda_prep.cpp,
+// attn_res_loops.cpp, ...): bf16 travels as its 16 bits and accumulates in fp32; fp32 and
+// fp64 accumulate in themselves. And their aligned scratch vectors.
 // Include only from files built with -ffp-contract=off (kernels/CMakeLists.txt).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <new>
+#include <vector>
 
 // One clone per vector ISA, chosen at load time; the arithmetic is the same in each.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -15,6 +20,29 @@
 #define PARITY_INLINE inline __attribute__((always_inline))
 
 namespace parity::kernels::loop_elems {
+
+// Scratch vectors on 64-byte boundaries: a vector load or store of a row that starts on a
+// whole vector then stays within one cache line (a split one costs two).
+template <class E>
+struct Aligned64 {
+  using value_type = E;
+  Aligned64() = default;
+  template <class U>
+  Aligned64(const Aligned64<U>&) {}
+  E* allocate(size_t n) {
+    const size_t bytes = (std::max<size_t>(n, 1) * sizeof(E) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, bytes);
+    if (p == nullptr) throw std::bad_alloc();
+    return static_cast<E*>(p);
+  }
+  void deallocate(E* p, size_t) { std::free(p); }
+  template <class U>
+  bool operator==(const Aligned64<U>&) const { return true; }
+  template <class U>
+  bool operator!=(const Aligned64<U>&) const { return false; }
+};
+template <class E>
+using Scratch = std::vector<E, Aligned64<E>>;
 
 template <class S>
 struct AccOf {

@@ -179,7 +179,7 @@ at::Tensor kda_fused(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 
 at::Tensor kda_form(KdaImpl impl, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                     const at::Tensor& g, const at::Tensor& beta, int64_t chunk) {
-  if (impl == KdaImpl::Fused && q.is_cpu()) return kda_fused(q, k, v, g, beta, chunk);
+  if (impl == KdaImpl::Fused && q.is_cpu()) return kda_fused(q, k, v, g, beta, kFusedCheckpoint);
   if (impl == KdaImpl::Recurrent) return kda_recurrent(q, k, v, g, beta);
   return kda_chunked(q, k, v, g, beta, chunk);
 }

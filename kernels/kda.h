@@ -34,8 +34,10 @@ at::Tensor kda_chunked(const at::Tensor& q, const at::Tensor& k, const at::Tenso
                        const at::Tensor& g, const at::Tensor& beta, int64_t chunk);
 
 // The fused form (kernels/kda_fused.h): one vectorised pass per (row, head) with a
-// hand-written backward that keeps only the state entering each chunk of `chunk` tokens and
-// r_t = v_t - S'^T k_t, and recomputes the rest. fp32 or fp64 inputs (callers upcast bf16);
+// hand-written backward that keeps only the state entering each chunk of `chunk` tokens,
+// r_t = v_t - S'^T k_t and exp(g), and recomputes the rest. `chunk` is only a checkpoint
+// interval: the bits do not depend on it, only the memory the saved states take (1/chunk of
+// every state) and the backward's working set. fp32 or fp64 inputs (callers upcast bf16);
 // (row, head) pairs run in parallel, each on one thread, so the bits do not depend on the
 // thread count. Differentiable once. CPU only: kda() runs the chunked form for it on CUDA.
 at::Tensor kda_fused(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -43,7 +45,12 @@ at::Tensor kda_fused(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 
 enum class KdaImpl { Recurrent, Chunked, Fused };
 
-// The core in the given form (on CUDA the fused form runs as the chunked one).
+// The fused form's checkpoint interval in kda_form: half the states that 16 (the chunked
+// form's chunk) would keep, at the same speed (the recompute of 32 states still fits in L2).
+constexpr int64_t kFusedCheckpoint = 32;
+
+// The core in the given form (on CUDA the fused form runs as the chunked one). `chunk` is
+// the chunked form's; the fused form checkpoints every kFusedCheckpoint tokens.
 at::Tensor kda_form(KdaImpl impl, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                     const at::Tensor& g, const at::Tensor& beta, int64_t chunk);
 

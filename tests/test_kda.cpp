@@ -591,6 +591,25 @@ TEST(KdaFusedBitwise, RepeatableAndThreadCountFree) {
   EXPECT_TRUE(same_bits(one, two)) << "1 and 2 threads differ";
 }
 
+// Bitwise: the checkpoint interval changes no bit of the output or of any gradient (the
+// backward recomputes each chunk's states from its entering state with the forward's own
+// operations). fp32, debugmodel heads, T = 100; intervals below, at, between and above T.
+TEST(KdaFusedBitwise, CheckpointIntervalChangesNoBit) {
+  auto c = core_inputs(1, 4, 100, 128, 128, 320);
+  auto gen = at::detail::createCPUGenerator(321);
+  auto R = at::randn({1, 4, 100, 128}, gen, f64());
+  auto fused = [&](int64_t chunk) -> ::Run {
+    std::vector<at::Tensor> L;
+    for (auto& t : c.list()) L.push_back(t.to(at::kFloat).requires_grad_(true));
+    auto o = k::kda_fused(L[0], L[1], L[2], L[3], L[4], chunk);
+    auto g = torch::autograd::grad({(o * R.to(at::kFloat)).sum()}, L);
+    return ::Run{o.detach(), g};
+  };
+  const auto base = fused(16);
+  for (int64_t chunk : {1, 7, 32, 100, 300})
+    EXPECT_TRUE(same_bits(base, fused(chunk))) << "checkpoint every " << chunk << " tokens";
+}
+
 // The mixer with the fused core matches the recurrent one (fp64); the bound is the one of
 // ChunkedMatchesRecurrentFp64, with the fused depth 2T(2K+8) u = 1.1e-13 for T = 21, K = 8.
 TEST(KdaMixer, FusedMatchesRecurrentFp64) {

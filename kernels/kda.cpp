@@ -214,12 +214,13 @@ namespace {
 
 using namespace loop_tensors;
 
-// kda_prep's causal depthwise conv as an autograd Function: x [B,T,C], taps [C,J].
+// kda_prep's causal depthwise conv (and silu) as an autograd Function: x [B,T,C], taps [C,J].
+// It keeps x and the taps only; the backward recomputes the conv for silu's derivative.
 struct ConvFunction : torch::autograd::Function<ConvFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x_in,
-                            const at::Tensor& w_in) {
+                            const at::Tensor& w_in, bool silu) {
     auto x = x_in.contiguous(), w = w_in.contiguous();
-    const kda_prep::ConvShape s{x.size(0), x.size(1), x.size(2), w.size(1)};
+    const kda_prep::ConvShape s{x.size(0), x.size(1), x.size(2), w.size(1), silu};
     auto y = at::empty_like(x);
     on_loop_type(x.scalar_type(), "the fused KDA conv", [&](auto tag) {
       using S = decltype(tag);
@@ -228,6 +229,7 @@ struct ConvFunction : torch::autograd::Function<ConvFunction> {
       });
     });
     ctx->save_for_backward({x, w});
+    ctx->saved_data["silu"] = silu;
     return y;
   }
 
@@ -235,7 +237,8 @@ struct ConvFunction : torch::autograd::Function<ConvFunction> {
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const auto &x = saved[0], &w = saved[1];
-    const kda_prep::ConvShape s{x.size(0), x.size(1), x.size(2), w.size(1)};
+    const kda_prep::ConvShape s{x.size(0), x.size(1), x.size(2), w.size(1),
+                                ctx->saved_data["silu"].toBool()};
     auto dy = grads[0].to(x.scalar_type()).contiguous();
     auto dx = at::empty_like(x), dw = at::empty_like(w);
     on_loop_type(x.scalar_type(), "the fused KDA conv", [&](auto tag) {
@@ -245,7 +248,7 @@ struct ConvFunction : torch::autograd::Function<ConvFunction> {
                                 elems<S>(dw), c0, c1);
       });
     });
-    return {dx, dw};
+    return {dx, dw, at::Tensor()};
   }
 };
 
@@ -343,7 +346,7 @@ struct DecayFunction : torch::autograd::Function<DecayFunction> {
   }
 };
 
-// kda_gates' gated output norm as an autograd Function: o [B,H,T,K], sg [B,T,H*K] and w [K]
+// kda_gates' gated output norm as an autograd Function: o [B,H,T,K], gate [B,T,H*K] and w [K]
 // in acc -> y [B,T,H*K] in the stream dtype.
 struct GatedNormFunction : torch::autograd::Function<GatedNormFunction> {
   static kda_gates::Shape shape(const at::Tensor& o) {
@@ -351,9 +354,9 @@ struct GatedNormFunction : torch::autograd::Function<GatedNormFunction> {
   }
 
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& o_in,
-                            const at::Tensor& sg_in, const at::Tensor& w_in, double eps,
+                            const at::Tensor& gate_in, const at::Tensor& w_in, double eps,
                             at::ScalarType stream) {
-    auto o = o_in.contiguous(), sg = sg_in.contiguous(), w = w_in.contiguous();
+    auto o = o_in.contiguous(), gate = gate_in.contiguous(), w = w_in.contiguous();
     const auto s = shape(o);
     auto y = at::empty({s.B, s.T, s.H * s.K}, o.options().dtype(stream));
     auto r = at::empty({s.B, s.T, s.H}, o.options());
@@ -361,46 +364,46 @@ struct GatedNormFunction : torch::autograd::Function<GatedNormFunction> {
       using S = decltype(tag);
       using A = Acc<S>;
       at::parallel_for(0, s.B * s.T * s.H, 64, [&](int64_t n0, int64_t n1) {
-        kda_gates::norm_forward(s, o.data_ptr<A>(), sg.data_ptr<A>(), w.data_ptr<A>(), eps,
+        kda_gates::norm_forward(s, o.data_ptr<A>(), gate.data_ptr<A>(), w.data_ptr<A>(), eps,
                                 elems<S>(y), r.data_ptr<A>(), n0, n1);
       });
     });
-    ctx->save_for_backward({o, sg, w, r});
+    ctx->save_for_backward({o, gate, w, r});
     return y;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const auto &o = saved[0], &sg = saved[1], &w = saved[2], &r = saved[3];
+    const auto &o = saved[0], &gate = saved[1], &w = saved[2], &r = saved[3];
     const auto s = shape(o);
     const int64_t rows = s.B * s.T * s.H;
     auto dy = grads[0].contiguous();
-    auto d_o = at::empty_like(o), dsg = at::empty_like(sg), dw = at::empty_like(w);
+    auto d_o = at::empty_like(o), dgate = at::empty_like(gate), dw = at::empty_like(w);
     auto dw_rows = at::empty({rows, s.K}, o.options());
     on_loop_type(dy.scalar_type(), "the fused KDA output norm", [&](auto tag) {
       using S = decltype(tag);
       using A = Acc<S>;
       at::parallel_for(0, rows, 64, [&](int64_t n0, int64_t n1) {
-        kda_gates::norm_backward(s, o.data_ptr<A>(), sg.data_ptr<A>(), w.data_ptr<A>(),
+        kda_gates::norm_backward(s, o.data_ptr<A>(), gate.data_ptr<A>(), w.data_ptr<A>(),
                                  r.data_ptr<A>(), elems<S>(dy), d_o.data_ptr<A>(),
-                                 dsg.data_ptr<A>(), dw_rows.data_ptr<A>(), n0, n1);
+                                 dgate.data_ptr<A>(), dw_rows.data_ptr<A>(), n0, n1);
       });
       norm_loops::sum_rows(dw_rows.data_ptr<A>(), rows, s.K, dw.data_ptr<A>());
     });
-    return {d_o, dsg, dw, at::Tensor(), at::Tensor()};
+    return {d_o, dgate, dw, at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
 
-at::Tensor causal_conv_fused(const at::Tensor& x, const at::Tensor& w) {
+at::Tensor causal_conv_fused(const at::Tensor& x, const at::Tensor& w, bool silu) {
   TORCH_CHECK(x.is_cpu() && w.is_cpu(), "causal_conv_fused is a CPU kernel");
   TORCH_CHECK(x.dim() == 3 && w.dim() == 2 && w.size(0) == x.size(2),
               "causal_conv_fused: x [B,T,C], taps [C,J]");
   TORCH_CHECK(loop_dtype(x.scalar_type()) && w.scalar_type() == x.scalar_type(),
               "causal_conv_fused: x and the taps share one dtype, fp32, fp64 or bf16");
-  return ConvFunction::apply(x, w);
+  return ConvFunction::apply(x, w, silu);
 }
 
 at::Tensor heads_fused(const at::Tensor& a, int64_t n_heads, bool l2, double eps, double scale) {
@@ -423,18 +426,18 @@ at::Tensor decay_pre_fused(const at::Tensor& pre, const at::Tensor& dt, const at
   return DecayFunction::apply(pre, dt, rate);
 }
 
-at::Tensor rms_norm_gated_fused(const at::Tensor& o, const at::Tensor& sg, const at::Tensor& w,
+at::Tensor rms_norm_gated_fused(const at::Tensor& o, const at::Tensor& gate, const at::Tensor& w,
                                 double eps, at::ScalarType stream) {
-  TORCH_CHECK(o.is_cpu() && sg.is_cpu() && w.is_cpu(), "rms_norm_gated_fused is a CPU kernel");
+  TORCH_CHECK(o.is_cpu() && gate.is_cpu() && w.is_cpu(), "rms_norm_gated_fused is a CPU kernel");
   TORCH_CHECK(loop_dtype(stream), "rms_norm_gated_fused runs in fp32, fp64 or bf16");
   const auto acc = accum_dtype(stream);
-  TORCH_CHECK(o.scalar_type() == acc && sg.scalar_type() == acc && w.scalar_type() == acc,
-              "rms_norm_gated_fused: o, sg and w in the accumulation dtype of ", stream);
-  TORCH_CHECK(o.dim() == 4 && sg.dim() == 3 && w.dim() == 1 && w.size(0) == o.size(3) &&
-                  sg.size(0) == o.size(0) && sg.size(1) == o.size(2) &&
-                  sg.size(2) == o.size(1) * o.size(3),
-              "rms_norm_gated_fused: o [B,H,T,K], sg [B,T,H*K], w [K]");
-  return GatedNormFunction::apply(o, sg, w, eps, stream);
+  TORCH_CHECK(o.scalar_type() == acc && gate.scalar_type() == acc && w.scalar_type() == acc,
+              "rms_norm_gated_fused: o, gate and w in the accumulation dtype of ", stream);
+  TORCH_CHECK(o.dim() == 4 && gate.dim() == 3 && w.dim() == 1 && w.size(0) == o.size(3) &&
+                  gate.size(0) == o.size(0) && gate.size(1) == o.size(2) &&
+                  gate.size(2) == o.size(1) * o.size(3),
+              "rms_norm_gated_fused: o [B,H,T,K], gate [B,T,H*K], w [K]");
+  return GatedNormFunction::apply(o, gate, w, eps, stream);
 }
 
 at::Tensor kda(const at::Tensor& x, const KdaWeights& w, const KdaDims& d) {
@@ -449,7 +452,7 @@ at::Tensor kda(const at::Tensor& x, const KdaWeights& w, const KdaDims& d) {
   const bool fused = d.impl == KdaImpl::Fused && x.is_cpu() && loop_dtype(stream);
   if (fused) {  // the same composition, in kda_prep's loops
     auto conv = [&](const at::Tensor& proj, const at::Tensor& taps) {
-      return at::silu(causal_conv_fused(project(x, proj), taps.select(1, 0).to(stream)));
+      return causal_conv_fused(project(x, proj), taps.select(1, 0).to(stream), /*silu=*/true);
     };
     q = heads_fused(conv(w.q_proj, w.q_conv), H, true, d.l2norm_eps, q_scale);
     k = heads_fused(conv(w.k_proj, w.k_conv), H, true, d.l2norm_eps, 1.0);
@@ -476,8 +479,7 @@ at::Tensor kda(const at::Tensor& x, const KdaWeights& w, const KdaDims& d) {
   auto o = kda_form(d.impl, q, k, v, g, beta, d.chunk);                          // [B,H,T,K]
   auto gate = project(x, w.output_gate);                                         // [B,T,H*K]
   if (fused) {
-    o = rms_norm_gated_fused(o, at::sigmoid(gate.to(acc)), w.output_norm.to(acc),
-                             d.output_eps, stream);
+    o = rms_norm_gated_fused(o, gate.to(acc), w.output_norm.to(acc), d.output_eps, stream);
   } else {
     o = rms_norm_gated(o.to(stream).transpose(1, 2), gate.view({B, T, H, K}), w.output_norm,
                        d.output_eps)

@@ -82,9 +82,11 @@ struct KdaWeights {
 // The prologue of `--kda fused` on CPU (kernels/kda_prep.h), each an autograd Function with
 // a hand-written backward; fp32, fp64 or bf16, sums in fp32 (fp64 for fp64) in a fixed order.
 // causal_conv_fused: causal_depthwise_conv with one rounding per output (bit for bit the same
-// in fp32 and fp64). heads_fused: a_BTC [B,T,H*K] -> [B,H,T,K] contiguous in acc; with l2,
-// each head's vector a / sqrt(|a|^2 + eps) is rounded to a's dtype, then times scale.
-at::Tensor causal_conv_fused(const at::Tensor& x_BTC, const at::Tensor& w_CJ);
+// in fp32 and fp64); with silu, silu of that rounded output (e^x by loop_elems::fixed_exp),
+// keeping only x for the backward. heads_fused: a_BTC [B,T,H*K] -> [B,H,T,K] contiguous in
+// acc; with l2, each head's vector a / sqrt(|a|^2 + eps) is rounded to a's dtype, then times
+// scale.
+at::Tensor causal_conv_fused(const at::Tensor& x_BTC, const at::Tensor& w_CJ, bool silu = false);
 at::Tensor heads_fused(const at::Tensor& a_BTC, int64_t n_heads, bool l2, double eps,
                        double scale);
 
@@ -92,10 +94,11 @@ at::Tensor heads_fused(const at::Tensor& a_BTC, int64_t n_heads, bool l2, double
 // decay_pre_fused: z = rate_h (pre + dt), pre_BTC in the stream dtype, dt_C and rate_H in acc,
 // -> z [B,H,T,K] in acc, bit for bit what the readable form computes before its sigmoid.
 // rms_norm_gated_fused: KimiRMSNormGated on the core's o_BHTK (acc, rounded to `stream` as the
-// cast does) with sg_BTC = sigmoid(gate) and w_K in acc -> [B,T,H*K] in `stream`.
+// cast does) gated by sigmoid(gate_BTC) (e^x by loop_elems::fixed_exp), gate_BTC and w_K in
+// acc -> [B,T,H*K] in `stream`.
 at::Tensor decay_pre_fused(const at::Tensor& pre_BTC, const at::Tensor& dt_C,
                            const at::Tensor& rate_H);
-at::Tensor rms_norm_gated_fused(const at::Tensor& o_BHTK, const at::Tensor& sg_BTC,
+at::Tensor rms_norm_gated_fused(const at::Tensor& o_BHTK, const at::Tensor& gate_BTC,
                                 const at::Tensor& w_K, double eps, at::ScalarType stream);
 
 // Causal depthwise convolution with taps w_CJ: y_t = sum_j w_j x_{t-J+1+j} (zero history).
@@ -107,10 +110,10 @@ at::Tensor causal_depthwise_conv(const at::Tensor& x_BTC, const at::Tensor& w_CJ
 // head in acc and cast back (the kernel's l2norm); beta = sigmoid(beta(x)) and
 // g = bound * sigmoid(exp(A_log) (forget_b(forget_a(x)) + dt_bias)) in acc; the core in acc
 // with q scaled by K^-0.5, its output cast to the stream dtype; KimiRMSNormGated with
-// output_gate(x); output_proj. x_BTD -> y_BTD. With `--kda fused` on CPU the conv and the
-// q, k, v head step run as causal_conv_fused and heads_fused (in bf16 the conv then rounds
+// output_gate(x); output_proj. x_BTD -> y_BTD. With `--kda fused` on CPU the conv + SiLU and
+// the q, k, v head step run as causal_conv_fused and heads_fused (in bf16 the conv then rounds
 // once, as torchtitan's fp32-accumulating conv does, instead of after every tap), and the
-// decay gate and output norm as decay_pre_fused and rms_norm_gated_fused.
+// decay gate and output norm (with its sigmoid) as decay_pre_fused and rms_norm_gated_fused.
 at::Tensor kda(const at::Tensor& x_BTD, const KdaWeights& w, const KdaDims& d);
 
 }  // namespace parity::kernels

@@ -144,7 +144,7 @@ PARITY_INLINE void forward_impl(const Shape& s, const E* q, const E* k, const E*
   constexpr int W = kLanes<E>;
   const int64_t T = s.T, K = s.K, V = s.V, Kp = round_up(K, W), Vp = round_up(V, W);
   Scratch<E> vpad(T * Vp, E(0)), opad(T * Vp), S(K * kFwdTileVecs * W);
-  for (int64_t i = 0; i < T * K; ++i) a[i] = std::exp(g[i]);
+  for (int64_t i = 0; i < T * K; ++i) a[i] = loop_elems::fixed_exp(g[i]);
   for (int64_t t = 0; t < T; ++t) std::memcpy(&vpad[t * Vp], v + t * V, sizeof(E) * V);
   for (int64_t j0 = 0; j0 < Vp; j0 += kFwdTileVecs * W) {
     const auto tile = [&](auto nv) {

@@ -8,7 +8,8 @@
 // chunks last to first, recomputes the chunk's S' from its entering state and r, and runs the
 // adjoint of the four lines above token by token (kda_fused.cpp derives each line).
 //
-// Numerics. Everything runs in the element type (fp32 or fp64; callers upcast bf16). The
+// Numerics. Everything runs in the element type (fp32 or fp64; callers upcast bf16); exp is
+// loop_elems::fixed_exp (within 1.2 ulp, the same bits on every machine). The
 // arithmetic is written on fixed-width vector types (64 bytes: 16 floats or 8 doubles), with
 // every sum in a fixed order: along the key channels sequentially by vector block, then a
 // fixed pairwise tree over the lanes; along the value channels sequentially by column, in

@@ -65,8 +65,9 @@ PARITY_INLINE void decay_bwd(const Shape& s, const S* pre, const Acc<S>* dt, con
 }
 
 template <class S>
-PARITY_INLINE void norm_fwd(const Shape& s, const Acc<S>* o, const Acc<S>* sg, const Acc<S>* w,
-                            double eps, S* y, Acc<S>* r, int64_t n0, int64_t n1) {
+PARITY_INLINE void norm_fwd(const Shape& s, const Acc<S>* o, const Acc<S>* gate,
+                            const Acc<S>* w, double eps, S* y, Acc<S>* r, int64_t n0,
+                            int64_t n1) {
   using A = Acc<S>;
   const int64_t T = s.T, H = s.H, K = s.K;
   const A e = A(eps), Kn = A(K);
@@ -77,19 +78,19 @@ PARITY_INLINE void norm_fwd(const Shape& s, const Acc<S>* o, const Acc<S>* sg, c
     for (int64_t k = 0; k < K; ++k) x[k] = round_trip<S>(orow[k]);
     const A rn = A(1) / std::sqrt(dot(x.data(), x.data(), K) / Kn + e);
     r[n] = rn;
-    const A* sgr = sg + n * K;
+    const A* gr = gate + n * K;
     S* yr = y + n * K;
-    for (int64_t k = 0; k < K; ++k) yr[k] = narrow<S>(((x[k] * rn) * w[k]) * sgr[k]);
+    for (int64_t k = 0; k < K; ++k) yr[k] = narrow<S>(((x[k] * rn) * w[k]) * logistic(gr[k]));
   }
 }
 
-// y = n sg, n_k = x_k r w_k, r = (sum x^2 / K + eps)^(-1/2), dr/dx_j = -r^3 x_j / K:
-// dsg = dy n; dn = dy sg; dw_k = dn_k x_k r; dx_j = r w_j dn_j - x_j r^3 c / K with
-// c = sum_k dn_k w_k x_k.
+// y = n sg, sg = sigmoid(gate), n_k = x_k r w_k, r = (sum x^2 / K + eps)^(-1/2),
+// dr/dx_j = -r^3 x_j / K: dgate = dy n (1 - sg) sg; dn = dy sg; dw_k = dn_k x_k r;
+// dx_j = r w_j dn_j - x_j r^3 c / K with c = sum_k dn_k w_k x_k.
 template <class S>
-PARITY_INLINE void norm_bwd(const Shape& s, const Acc<S>* o, const Acc<S>* sg, const Acc<S>* w,
-                            const Acc<S>* r, const S* dy, Acc<S>* d_o, Acc<S>* dsg,
-                            Acc<S>* dw_rows, int64_t n0, int64_t n1) {
+PARITY_INLINE void norm_bwd(const Shape& s, const Acc<S>* o, const Acc<S>* gate,
+                            const Acc<S>* w, const Acc<S>* r, const S* dy, Acc<S>* d_o,
+                            Acc<S>* dgate, Acc<S>* dw_rows, int64_t n0, int64_t n1) {
   using A = Acc<S>;
   const int64_t T = s.T, H = s.H, K = s.K;
   const A Kn = A(K);
@@ -99,14 +100,14 @@ PARITY_INLINE void norm_bwd(const Shape& s, const Acc<S>* o, const Acc<S>* sg, c
     const int64_t at = ((b * H + h) * T + t) * K;
     for (int64_t k = 0; k < K; ++k) x[k] = round_trip<S>(o[at + k]);
     const A rn = r[n];
-    const A* sgr = sg + n * K;
+    const A* gr = gate + n * K;
     const S* dyr = dy + n * K;
-    A* dsgr = dsg + n * K;
+    A* dgr = dgate + n * K;
     A* dwr = dw_rows + n * K;
     for (int64_t k = 0; k < K; ++k) {
-      const A g = widen<S>(dyr[k]);
-      dsgr[k] = g * ((x[k] * rn) * w[k]);
-      const A dn = g * sgr[k];
+      const A g = widen<S>(dyr[k]), sg = logistic(gr[k]);
+      dgr[k] = ((g * ((x[k] * rn) * w[k])) * (A(1) - sg)) * sg;
+      const A dn = g * sg;
       dwr[k] = dn * (x[k] * rn);
       wdn[k] = w[k] * dn;
     }
@@ -146,36 +147,36 @@ PARITY_CLONES void decay_backward(const Shape& s, const uint16_t* pre, const flo
   decay_bwd(s, pre, dt, rate, dz, dpre, ddt, drate, h0, h1);
 }
 
-PARITY_CLONES void norm_forward(const Shape& s, const float* o, const float* sg, const float* w,
+PARITY_CLONES void norm_forward(const Shape& s, const float* o, const float* gate, const float* w,
                                 double eps, float* y, float* r, int64_t n0, int64_t n1) {
-  norm_fwd<float>(s, o, sg, w, eps, y, r, n0, n1);
+  norm_fwd<float>(s, o, gate, w, eps, y, r, n0, n1);
 }
-PARITY_CLONES void norm_forward(const Shape& s, const double* o, const double* sg,
+PARITY_CLONES void norm_forward(const Shape& s, const double* o, const double* gate,
                                 const double* w, double eps, double* y, double* r, int64_t n0,
                                 int64_t n1) {
-  norm_fwd<double>(s, o, sg, w, eps, y, r, n0, n1);
+  norm_fwd<double>(s, o, gate, w, eps, y, r, n0, n1);
 }
-PARITY_CLONES void norm_forward(const Shape& s, const float* o, const float* sg, const float* w,
+PARITY_CLONES void norm_forward(const Shape& s, const float* o, const float* gate, const float* w,
                                 double eps, uint16_t* y, float* r, int64_t n0, int64_t n1) {
-  norm_fwd<uint16_t>(s, o, sg, w, eps, y, r, n0, n1);
+  norm_fwd<uint16_t>(s, o, gate, w, eps, y, r, n0, n1);
 }
 
-PARITY_CLONES void norm_backward(const Shape& s, const float* o, const float* sg,
+PARITY_CLONES void norm_backward(const Shape& s, const float* o, const float* gate,
                                  const float* w, const float* r, const float* dy, float* d_o,
-                                 float* dsg, float* dw_rows, int64_t n0, int64_t n1) {
-  norm_bwd<float>(s, o, sg, w, r, dy, d_o, dsg, dw_rows, n0, n1);
+                                 float* dgate, float* dw_rows, int64_t n0, int64_t n1) {
+  norm_bwd<float>(s, o, gate, w, r, dy, d_o, dgate, dw_rows, n0, n1);
 }
-PARITY_CLONES void norm_backward(const Shape& s, const double* o, const double* sg,
+PARITY_CLONES void norm_backward(const Shape& s, const double* o, const double* gate,
                                  const double* w, const double* r, const double* dy,
-                                 double* d_o, double* dsg, double* dw_rows, int64_t n0,
+                                 double* d_o, double* dgate, double* dw_rows, int64_t n0,
                                  int64_t n1) {
-  norm_bwd<double>(s, o, sg, w, r, dy, d_o, dsg, dw_rows, n0, n1);
+  norm_bwd<double>(s, o, gate, w, r, dy, d_o, dgate, dw_rows, n0, n1);
 }
-PARITY_CLONES void norm_backward(const Shape& s, const float* o, const float* sg,
+PARITY_CLONES void norm_backward(const Shape& s, const float* o, const float* gate,
                                  const float* w, const float* r, const uint16_t* dy,
-                                 float* d_o, float* dsg, float* dw_rows, int64_t n0,
+                                 float* d_o, float* dgate, float* dw_rows, int64_t n0,
                                  int64_t n1) {
-  norm_bwd<uint16_t>(s, o, sg, w, r, dy, d_o, dsg, dw_rows, n0, n1);
+  norm_bwd<uint16_t>(s, o, gate, w, r, dy, d_o, dgate, dw_rows, n0, n1);
 }
 
 }  // namespace parity::kernels::kda_gates

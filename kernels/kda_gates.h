@@ -5,8 +5,9 @@
 //           the decay gate's pre-activation, already in the core's [B,H,T,K] layout
 //           (the gate is then bound * sigmoid(z), left to ATen's vectorised sigmoid);
 //   norm:   y[b,t,h*K+k] = round(x_k r w_k sg[b,t,h*K+k]),  x = round_trip(o[b,h,t,:]),
-//           r = 1 / sqrt(sum_k x_k^2 / K + eps)
-//           KimiRMSNormGated per head, with sg = sigmoid(gate) given, back in [B,T,H*K].
+//           r = 1 / sqrt(sum_k x_k^2 / K + eps),  sg = 1 / (1 + e^-gate), e^x being
+//           loop_elems::fixed_exp
+//           KimiRMSNormGated per head with its sigmoid gate, back in [B,T,H*K].
 //
 // Numerics. pre, y and the gradients of pre and o's rounding are in the element type S (fp32,
 // fp64, or bf16 as its 16 bits); everything else is in the accumulation type A (fp32 for
@@ -44,26 +45,26 @@ void decay_backward(const Shape& s, const uint16_t* pre, const float* dt, const 
                     const float* dz, uint16_t* dpre, float* ddt, float* drate, int64_t h0,
                     int64_t h1);
 
-// Rows n = (b*T + t)*H + h in [n0, n1): o [B,H,T,K], sg [B,T,H*K], w [K] -> y [B,T,H*K] and
+// Rows n = (b*T + t)*H + h in [n0, n1): o [B,H,T,K], gate [B,T,H*K], w [K] -> y [B,T,H*K] and
 // r [B,T,H] (kept for the backward).
-void norm_forward(const Shape& s, const float* o, const float* sg, const float* w, double eps,
+void norm_forward(const Shape& s, const float* o, const float* gate, const float* w, double eps,
                   float* y, float* r, int64_t n0, int64_t n1);
-void norm_forward(const Shape& s, const double* o, const double* sg, const double* w,
+void norm_forward(const Shape& s, const double* o, const double* gate, const double* w,
                   double eps, double* y, double* r, int64_t n0, int64_t n1);
-void norm_forward(const Shape& s, const float* o, const float* sg, const float* w, double eps,
+void norm_forward(const Shape& s, const float* o, const float* gate, const float* w, double eps,
                   uint16_t* y, float* r, int64_t n0, int64_t n1);
 
 // Rows [n0, n1) of the gradients of sum(y * dy): do [B,H,T,K] (rounded to S and back, as the
-// gradient of o.to(S) is), dsg [B,T,H*K], and each row's share of dw in dw_rows [B*T*H, K]
+// gradient of o.to(S) is), dgate [B,T,H*K], and each row's share of dw in dw_rows [B*T*H, K]
 // (summed in row order by norm_loops::sum_rows).
-void norm_backward(const Shape& s, const float* o, const float* sg, const float* w,
-                   const float* r, const float* dy, float* d_o, float* dsg, float* dw_rows,
+void norm_backward(const Shape& s, const float* o, const float* gate, const float* w,
+                   const float* r, const float* dy, float* d_o, float* dgate, float* dw_rows,
                    int64_t n0, int64_t n1);
-void norm_backward(const Shape& s, const double* o, const double* sg, const double* w,
-                   const double* r, const double* dy, double* d_o, double* dsg,
+void norm_backward(const Shape& s, const double* o, const double* gate, const double* w,
+                   const double* r, const double* dy, double* d_o, double* dgate,
                    double* dw_rows, int64_t n0, int64_t n1);
-void norm_backward(const Shape& s, const float* o, const float* sg, const float* w,
-                   const float* r, const uint16_t* dy, float* d_o, float* dsg, float* dw_rows,
+void norm_backward(const Shape& s, const float* o, const float* gate, const float* w,
+                   const float* r, const uint16_t* dy, float* d_o, float* dgate, float* dw_rows,
                    int64_t n0, int64_t n1);
 
 }  // namespace parity::kernels::kda_gates

@@ -18,68 +18,130 @@ using namespace loop_elems;
 
 constexpr int64_t kTile = 64;  // channels per inner loop (a bound on stack arrays only)
 
+// A loop trip count: N when N > 0 (known to the compiler), else the value held.
+template <int64_t N>
+struct Width {
+  int64_t value = N;
+  operator int64_t() const { return N > 0 ? N : value; }
+};
+
+// The conv of one tile of n channels at token t of row b, in A, taps ascending.
+template <class S, int64_t N>
+PARITY_INLINE void conv_at(const ConvShape& s, const S* x, const Acc<S>* wt, int64_t cb,
+                           Width<N> n, int64_t b, int64_t t, Acc<S>* acc) {
+  for (int64_t c = 0; c < n; ++c) acc[c] = 0;
+  for (int64_t j = 0; j < s.J; ++j) {
+    const int64_t src = t - s.J + 1 + j;
+    if (src < 0) continue;
+    const S* xr = x + (b * s.T + src) * s.C + cb;
+    const Acc<S>* wj = wt + j * kTile;
+    for (int64_t c = 0; c < n; ++c) acc[c] += wj[c] * widen<S>(xr[c]);
+  }
+}
+
+// silu(c) = c / (1 + e^-c), of the conv's value c as stored in S.
+template <class A>
+PARITY_INLINE A silu_of(A c) {
+  return c / (A(1) + fixed_exp(-c));
+}
+
+// One tile of channels [cb, cb + n).
+template <class S, int64_t N>
+PARITY_INLINE void conv_fwd_tile(const ConvShape& s, const S* x, const S* w, S* y, int64_t cb,
+                                 Width<N> n, Acc<S>* wt) {
+  using A = Acc<S>;
+  const int64_t T = s.T, C = s.C, J = s.J;
+  for (int64_t j = 0; j < J; ++j)
+    for (int64_t c = 0; c < n; ++c) wt[j * kTile + c] = widen<S>(w[(cb + c) * J + j]);
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      alignas(64) A acc[kTile];
+      conv_at(s, x, wt, cb, n, b, t, acc);
+      S* yr = y + (b * T + t) * C + cb;
+      if (s.silu)
+        for (int64_t c = 0; c < n; ++c) yr[c] = narrow<S>(silu_of(round_trip<S>(acc[c])));
+      else
+        for (int64_t c = 0; c < n; ++c) yr[c] = narrow<S>(acc[c]);
+    }
+}
+
+// One tile of channels [cb, cb + n). g: the gradient of the conv's output for the tile,
+// [B*T, kTile]: dy itself, or with silu dy silu'(c) = (dy sig) (1 + c (1 - sig)),
+// sig = 1 / (1 + e^-c), rounded to S, c recomputed.
+template <class S, int64_t N>
+PARITY_INLINE void conv_bwd_tile(const ConvShape& s, const S* x, const S* w, const S* dy, S* dx,
+                                 S* dw, int64_t cb, Width<N> n, Acc<S>* wt, Acc<S>* dwt,
+                                 Acc<S>* g) {
+  using A = Acc<S>;
+  const int64_t T = s.T, C = s.C, J = s.J;
+  for (int64_t j = 0; j < J; ++j)
+    for (int64_t c = 0; c < n; ++c) wt[j * kTile + c] = widen<S>(w[(cb + c) * J + j]);
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      const S* dyr = dy + (b * T + t) * C + cb;
+      A* gr = g + (b * T + t) * kTile;
+      if (!s.silu) {
+        for (int64_t c = 0; c < n; ++c) gr[c] = widen<S>(dyr[c]);
+        continue;
+      }
+      alignas(64) A acc[kTile];
+      conv_at(s, x, wt, cb, n, b, t, acc);
+      for (int64_t c = 0; c < n; ++c) {
+        const A cv = round_trip<S>(acc[c]), sig = logistic(cv);
+        gr[c] = round_trip<S>((widen<S>(dyr[c]) * sig) * (A(1) + cv * (A(1) - sig)));
+      }
+    }
+  std::fill(dwt, dwt + J * kTile, A(0));
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      // dx at token t: the taps that read x_t, g at t + J - 1 - j, taps ascending.
+      alignas(64) A acc[kTile] = {};
+      for (int64_t j = 0; j < J; ++j) {
+        const int64_t dst = t + J - 1 - j;
+        if (dst >= T) continue;
+        const A* gr = g + (b * T + dst) * kTile;
+        const A* wj = wt + j * kTile;
+        for (int64_t c = 0; c < n; ++c) acc[c] += wj[c] * gr[c];
+      }
+      S* dxr = dx + (b * T + t) * C + cb;
+      for (int64_t c = 0; c < n; ++c) dxr[c] = narrow<S>(acc[c]);
+      // dw: g_t times the input each tap read at t; rows, then tokens, ascending.
+      const A* gr = g + (b * T + t) * kTile;
+      for (int64_t j = 0; j < J; ++j) {
+        const int64_t src = t - J + 1 + j;
+        if (src < 0) continue;
+        const S* xr = x + (b * T + src) * C + cb;
+        A* dj = dwt + j * kTile;
+        for (int64_t c = 0; c < n; ++c) dj[c] += gr[c] * widen<S>(xr[c]);
+      }
+    }
+  for (int64_t j = 0; j < J; ++j)
+    for (int64_t c = 0; c < n; ++c) dw[(cb + c) * J + j] = narrow<S>(dwt[j * kTile + c]);
+}
+
+// Tiles of kTile channels (a compile-time width, so the channel loops unroll), then the tail.
 template <class S>
 PARITY_INLINE void conv_fwd(const ConvShape& s, const S* x, const S* w, S* y, int64_t c0,
                             int64_t c1) {
-  using A = Acc<S>;
-  const int64_t T = s.T, C = s.C, J = s.J;
-  Scratch<A> wt(J * kTile);
+  Scratch<Acc<S>> wt(s.J * kTile);
   for (int64_t cb = c0; cb < c1; cb += kTile) {
-    const int64_t n = std::min(kTile, c1 - cb);
-    for (int64_t j = 0; j < J; ++j)
-      for (int64_t c = 0; c < n; ++c) wt[j * kTile + c] = widen<S>(w[(cb + c) * J + j]);
-    for (int64_t b = 0; b < s.B; ++b)
-      for (int64_t t = 0; t < T; ++t) {
-        alignas(64) A acc[kTile] = {};
-        for (int64_t j = 0; j < J; ++j) {
-          const int64_t src = t - J + 1 + j;
-          if (src < 0) continue;
-          const S* xr = x + (b * T + src) * C + cb;
-          const A* wj = wt.data() + j * kTile;
-          for (int64_t c = 0; c < n; ++c) acc[c] += wj[c] * widen<S>(xr[c]);
-        }
-        S* yr = y + (b * T + t) * C + cb;
-        for (int64_t c = 0; c < n; ++c) yr[c] = narrow<S>(acc[c]);
-      }
+    if (c1 - cb >= kTile)
+      conv_fwd_tile(s, x, w, y, cb, Width<kTile>{}, wt.data());
+    else
+      conv_fwd_tile(s, x, w, y, cb, Width<0>{c1 - cb}, wt.data());
   }
 }
 
 template <class S>
 PARITY_INLINE void conv_bwd(const ConvShape& s, const S* x, const S* w, const S* dy, S* dx,
                             S* dw, int64_t c0, int64_t c1) {
-  using A = Acc<S>;
-  const int64_t T = s.T, C = s.C, J = s.J;
-  Scratch<A> wt(J * kTile), dwt(J * kTile);
+  Scratch<Acc<S>> wt(s.J * kTile), dwt(s.J * kTile), g(s.B * s.T * kTile);
   for (int64_t cb = c0; cb < c1; cb += kTile) {
-    const int64_t n = std::min(kTile, c1 - cb);
-    for (int64_t j = 0; j < J; ++j)
-      for (int64_t c = 0; c < n; ++c) wt[j * kTile + c] = widen<S>(w[(cb + c) * J + j]);
-    std::fill(dwt.begin(), dwt.end(), A(0));
-    for (int64_t b = 0; b < s.B; ++b)
-      for (int64_t t = 0; t < T; ++t) {
-        // dx at token t: the taps that read x_t, dy at t + J - 1 - j, taps ascending.
-        alignas(64) A acc[kTile] = {};
-        for (int64_t j = 0; j < J; ++j) {
-          const int64_t dst = t + J - 1 - j;
-          if (dst >= T) continue;
-          const S* dyr = dy + (b * T + dst) * C + cb;
-          const A* wj = wt.data() + j * kTile;
-          for (int64_t c = 0; c < n; ++c) acc[c] += wj[c] * widen<S>(dyr[c]);
-        }
-        S* dxr = dx + (b * T + t) * C + cb;
-        for (int64_t c = 0; c < n; ++c) dxr[c] = narrow<S>(acc[c]);
-        // dw: dy_t times the input each tap read at t; rows, then tokens, ascending.
-        const S* dyr = dy + (b * T + t) * C + cb;
-        for (int64_t j = 0; j < J; ++j) {
-          const int64_t src = t - J + 1 + j;
-          if (src < 0) continue;
-          const S* xr = x + (b * T + src) * C + cb;
-          A* dj = dwt.data() + j * kTile;
-          for (int64_t c = 0; c < n; ++c) dj[c] += widen<S>(dyr[c]) * widen<S>(xr[c]);
-        }
-      }
-    for (int64_t j = 0; j < J; ++j)
-      for (int64_t c = 0; c < n; ++c) dw[(cb + c) * J + j] = narrow<S>(dwt[j * kTile + c]);
+    if (c1 - cb >= kTile)
+      conv_bwd_tile(s, x, w, dy, dx, dw, cb, Width<kTile>{}, wt.data(), dwt.data(), g.data());
+    else
+      conv_bwd_tile(s, x, w, dy, dx, dw, cb, Width<0>{c1 - cb}, wt.data(), dwt.data(),
+                    g.data());
   }
 }
 

@@ -2,6 +2,8 @@
 // plain loops (no torch) that kda.cpp wraps in autograd Functions for `--kda fused`.
 //
 //   conv:  y[b,t,c] = sum_j w[c,j] x[b, t-J+1+j, c]   (zero history; taps in order j = 0..J-1)
+//          and with silu on, y = silu(round(that)) = c / (1 + e^-c), e^x being
+//          loop_elems::fixed_exp (the backward recomputes c from x)
 //   heads: a [B,T,H*K] -> out [B,H,T,K] in the accumulation type, and with l2 on
 //          out = round(a / sqrt(sum_k a_k^2 + eps)) * scale per (b, t, head)
 //
@@ -12,7 +14,7 @@
 // computed by one loop iteration whatever the channel range a caller hands out, and the file is
 // built without FMA contraction, so the bits depend neither on threads nor on the vector ISA.
 //
-// In fp32 and fp64 `conv` computes what causal_depthwise_conv computes, bit for bit. In bf16
+// In fp32 and fp64 `conv` without silu computes what causal_depthwise_conv computes, bit for bit. In bf16
 // it rounds once instead of after every tap, as a conv1d with an fp32 accumulator does.
 #pragma once
 
@@ -22,6 +24,7 @@ namespace parity::kernels::kda_prep {
 
 struct ConvShape {
   int64_t B, T, C, J;
+  bool silu = false;
 };
 
 // Channels [c0, c1) of x [B,T,C], w [C,J] -> y [B,T,C].

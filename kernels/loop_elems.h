@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <vector>
 
@@ -84,6 +85,67 @@ inline uint16_t narrow<uint16_t>(float v) {
 template <class S>
 inline Acc<S> round_trip(Acc<S> v) {
   return widen<S>(narrow<S>(v));
+}
+
+// exp(x) from additions, multiplications and exponent bits only, so that it vectorises in
+// every clone and gives the same bits on every machine (a libm's exp picks its code by CPU).
+// x = n ln2 + r with n = round(x / ln2) and |r| <= ln2 / 2 (ln2 split in two parts, the first
+// short enough that n times it is exact); e^r by its Taylor series to degree 7 (fp32) or 13
+// (fp64), whose remainder is below 0.05 ulp there; 2^n as two exact power-of-two factors.
+// Error within 1.2 ulp of the exact value (measured, tests/test_kda.cpp bounds it by 2).
+// Above the largest finite result: +inf; below the smallest normal result: +0; NaN: NaN.
+template <class A>
+struct ExpParts;
+template <>
+struct ExpParts<float> {
+  using Bits = int32_t;
+  static constexpr float log2e = 1.44269504088896341f, ln2_hi = 0.693359375f,
+                         ln2_lo = -2.12194440e-4f, shifter = 12582912.0f;  // 1.5 * 2^23
+  static constexpr float max = 88.72283f, min = -87.33654f;
+  static constexpr int mantissa = 23, bias = 127, degree = 7;
+};
+template <>
+struct ExpParts<double> {
+  using Bits = int64_t;
+  static constexpr double log2e = 1.4426950408889634074, ln2_hi = 6.93147180369123816490e-01,
+                          ln2_lo = 1.90821492927058770002e-10,
+                          shifter = 6755399441055744.0;  // 1.5 * 2^52
+  static constexpr double max = 709.782712893384, min = -708.3964185322641;
+  static constexpr int mantissa = 52, bias = 1023, degree = 13;
+};
+template <class A, int D>
+struct TaylorExp {  // c[i] = 1 / i!
+  A c[D + 1];
+  constexpr TaylorExp() : c() {
+    c[0] = 1;
+    for (int i = 1; i <= D; ++i) c[i] = c[i - 1] / A(i);
+  }
+};
+
+template <class A>
+PARITY_INLINE A fixed_exp(A x) {
+  using P = ExpParts<A>;
+  using Bits = typename P::Bits;
+  constexpr TaylorExp<A, P::degree> taylor;
+  const A xc = x > P::max ? P::max : (x < P::min ? P::min : x);
+  const A n = (xc * P::log2e + P::shifter) - P::shifter;  // round to nearest integer
+  const A r = (xc - n * P::ln2_hi) - n * P::ln2_lo;
+  A p = taylor.c[P::degree];
+#pragma GCC unroll 16
+  for (int i = P::degree - 1; i >= 0; --i) p = p * r + taylor.c[i];
+  const Bits ni = Bits(n), n1 = ni >> 1, n2 = ni - n1;
+  const Bits e1 = (n1 + P::bias) << P::mantissa, e2 = (n2 + P::bias) << P::mantissa;
+  A s1, s2;
+  std::memcpy(&s1, &e1, sizeof s1);
+  std::memcpy(&s2, &e2, sizeof s2);
+  const A y = (p * s1) * s2;
+  return x > P::max ? std::numeric_limits<A>::infinity() : (x < P::min ? A(0) : y);
+}
+
+// 1 / (1 + e^-x), with fixed_exp.
+template <class A>
+PARITY_INLINE A logistic(A x) {
+  return A(1) / (A(1) + fixed_exp(-x));
 }
 
 // Sums along a vector: kLanes partial sums, then a fixed pairwise tree over them.

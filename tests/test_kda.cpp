@@ -1,8 +1,9 @@
 // Tests for Kimi Delta Attention (kernels/kda.h).
 //
-//   * The fused prologue (causal_conv_fused, heads_fused) and gates (decay_pre_fused,
-//     rms_norm_gated_fused): tap order and the decay's element-wise steps bitwise, gradients
-//     against autograd through the readable steps (fp64), thread-count free bitwise.
+//   * The fused prologue (causal_conv_fused with and without SiLU, heads_fused) and gates
+//     (decay_pre_fused, rms_norm_gated_fused): tap order and the decay's element-wise steps
+//     bitwise, gradients against autograd through the readable steps (fp64), thread-count
+//     free bitwise; the loops' exp (loop_elems::fixed_exp) against the exact value.
 //   * causal_depthwise_conv equals a hand-written loop in tap order, bitwise (fp32, bf16,
 //     fp64): the header promises that fixed reduction order.
 //   * kda_recurrent equals a scalar loop of the DESIGN recurrence (fp64, tolerance).
@@ -27,11 +28,14 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <iostream>
+#include <limits>
 #include <string>
 #include <tuple>
 #include <type_traits>
 #include <vector>
 
+#include "kernels/loop_elems.h"
 #include "kernels/ops.h"
 #include "tests/fd_check.h"
 #include "kernels/threads.h"
@@ -687,6 +691,81 @@ TEST(KdaPrep, ConvGradientsMatchAutogradFp64) {
   EXPECT_TRUE(fused[0].equal(readable[0]));
 }
 
+// The loops' exp against the exact value (long double): within 2 ulp of the result's type,
+// over the whole finite range of both types, and its edges. Bound: 1/2 ulp from the last
+// product's rounding (the power-of-two factors are exact); below 1.2 ulp from Horner's
+// roundings (step i's rounding is weighed by r^i / i!, |r| <= ln2 / 2, a sum below 1.2); at
+// most 0.35 ulp from rounding r = (x - n ln2_hi) - n ln2_lo (e^r moves by |dr| relative); the
+// Taylor remainder below 0.05 ulp. (Its header asks for files built without FMA
+// contraction; this one is built for plain x86-64, which has no FMA to contract into.)
+template <class A>
+void expect_fixed_exp_within_two_ulp(A lo, A hi, int64_t points) {
+  double worst = 0;
+  A worst_x = 0;
+  for (int64_t i = 0; i <= points; ++i) {
+    const A x = lo + (hi - lo) * A(i) / A(points);
+    const long double exact = std::exp((long double)x);
+    const A got = k::loop_elems::fixed_exp(x);
+    const A near = A(exact);
+    const long double ulp = (long double)std::nextafter(near, std::numeric_limits<A>::infinity()) - near;
+    const double err = double(std::fabs((long double)got - exact) / ulp);
+    if (err > worst) worst = err, worst_x = x;
+  }
+  EXPECT_LE(worst, 2.0) << "at x = " << worst_x;
+  std::cout << "[ observed ] fixed_exp<" << (sizeof(A) == 4 ? "float" : "double")
+            << "> worst " << worst << " ulp at " << worst_x << "\n";
+}
+
+TEST(FixedExp, WithinTwoUlpOfExact) {
+  expect_fixed_exp_within_two_ulp<float>(-87.33f, 88.72f, 400000);
+  expect_fixed_exp_within_two_ulp<float>(-1e-3f, 1e-3f, 20000);
+  expect_fixed_exp_within_two_ulp<double>(-708.39, 709.78, 400000);
+  expect_fixed_exp_within_two_ulp<double>(-1e-3, 1e-3, 20000);
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(k::loop_elems::fixed_exp(0.0f), 1.0f);
+  EXPECT_EQ(k::loop_elems::fixed_exp(89.0f), inf);
+  EXPECT_EQ(k::loop_elems::fixed_exp(inf), inf);
+  EXPECT_EQ(k::loop_elems::fixed_exp(-88.0f), 0.0f);
+  EXPECT_EQ(k::loop_elems::fixed_exp(-inf), 0.0f);
+  EXPECT_TRUE(std::isnan(k::loop_elems::fixed_exp(std::nanf(""))));
+  EXPECT_EQ(k::loop_elems::fixed_exp(710.0), std::numeric_limits<double>::infinity());
+  EXPECT_EQ(k::loop_elems::fixed_exp(-709.0), 0.0);
+  EXPECT_TRUE(std::isnan(k::loop_elems::fixed_exp(std::nan(""))));
+}
+
+// The conv with SiLU against autograd through silu(causal_depthwise_conv) (fp64). The conv
+// part is the same bits (above); silu(c) = c / (1 + e^-c) differs only through exp (ours
+// within 2u, ATen's within 1u) and the two roundings each side, so by at most 7u |y|. With
+// s = sigmoid(c), the conv's output gradient dc = dy s (1 + c (1 - s)): s differs by at most
+// 7u s, q = 1 + c (1 - s) is formed within 3u (1 + |c|) on each side plus |c| 7u, so
+// |dc - dc'| <= |dy| (7u |q| + 13u (1 + |c|) + 4u |q|) <= 24u |dy| (1 + |c|) (|q| <= 1 + |c|).
+// dx and dw then sum those as the plain conv does: the plain bound 2 gamma_n on |dc|, plus
+// the dc difference carried through the same sums, 24u |dy| (1 + |c|) (25u: second order).
+TEST(KdaPrep, ConvSiluGradientsMatchAutogradFp64) {
+  const int64_t B = 2, T = 11, C = 70, J = 4;  // 70 channels: a tile and a tail
+  const double u = kU64;
+  auto gen = at::detail::createCPUGenerator(404);
+  auto x = 2 * at::randn({B, T, C}, gen, f64()), w = at::randn({C, J}, gen, f64());
+  auto R = at::randn({B, T, C}, gen, f64());
+  auto fused = value_and_grads([](auto& a) { return k::causal_conv_fused(a[0], a[1], true); },
+                               {x, w}, R);
+  auto readable = value_and_grads(
+      [](auto& a) { return at::silu(k::causal_depthwise_conv(a[0], a[1])); }, {x, w}, R);
+  auto c = k::causal_depthwise_conv(x, w);
+  auto s = at::sigmoid(c);
+  auto dc = R * s * (1 + c * (1 - s));
+  auto Rb = 2 * gamma(double(B * T), u) * dc.abs() + 25 * u * R.abs() * (1 + c.abs());
+  auto sizes = value_and_grads(
+      [](auto& a) { return k::causal_depthwise_conv(a[0], a[1]); }, {x.abs(), w.abs()}, Rb);
+  EXPECT_LE(((fused[0] - readable[0]).abs() - 8 * u * readable[0].abs()).max().item<double>(),
+            0.0)
+      << "y";
+  for (int i = 1; i <= 2; ++i) {
+    auto excess = ((fused[i] - readable[i]).abs() - sizes[i]).max().item<double>();
+    EXPECT_LE(excess, 0.0) << (i == 1 ? "dx" : "dw");
+  }
+}
+
 // heads_fused against the readable steps (l2_normalize, cast, scale, heads layout), fp64.
 // Bound, per (row, token, head), first order in u: the two evaluations sum the K squares in
 // different orders (each within gamma_K of the exact sum), so 1/sqrt differs by at most
@@ -738,8 +817,8 @@ TEST_P(KdaPrepBitwise, ThreadCountFree) {
   auto run = [&] {
     return value_and_grads(
         [&](auto& in) {
-          return k::heads_fused(at::silu(k::causal_conv_fused(in[0], in[1])), H, true, 1e-6,
-                                0.125);
+          return k::heads_fused(k::causal_conv_fused(in[0], in[1], /*silu=*/true), H, true,
+                                1e-6, 0.125);
         },
         {x, w}, R);
   };
@@ -815,14 +894,17 @@ TEST(KdaGates, DecayParameterGradientsFp64) {
 // rms_norm_gated_fused against the readable rms_norm_gated (fp64), forward and the gradients
 // of o, gate and w. Bound, per row (b, t, head), first order in u: each evaluation forms
 // r = (sum x^2 / K + eps)^(-1/2) within (K + 4) u (a K-long sum in its own order, the divide,
-// the add, the square root and its reciprocal) and n = x r w sg within (K + 8) u, so
-//   y:      |diff| <= 2 (K + 8) u |y|;
-//   dsg:    dy n, the same: 2 (K + 8) u |dy n|, and d gate = dsg s (1 - s) within that too;
+// the add, the square root and its reciprocal) and n = x r w within (K + 7) u. The gate
+// s = 1 / (1 + e^-gate) differs by at most 7u s (exp within 2u here, 1u in ATen, and the
+// add and divide each side), so dn = dy s by 7u |dn| more. Then
+//   y = n s:  |diff| <= (2 (K + 8) + 7) u |y| <= 2 (K + 12) u |y|;
+//   d gate = dy n (1 - s) s: dy n within 2 (K + 8) u, s within 7u s, and 1 - s, formed from
+//          s, within 7u s absolutely, which weighs dy n s: |diff| <= (2K + 34) u |dy n| s;
 //   do_j = r w_j dn_j - x_j r^3 c / K, c = sum_k dn_k w_k x_k: both terms are at most
-//          r W, W = sum_k |w_k dn_k| (|x_k r| <= sqrt K), each within (K + 10) u, so
-//          |diff| <= 4 (K + 10) u r W;
+//          r W, W = sum_k |w_k dn_k| (|x_k r| <= sqrt K), each within (K + 10) u plus the
+//          7u of dn, so |diff| <= 4 (K + 14) u r W;
 //   dw_k:   a sum over the N = B T H rows of dn_k x_k r in different orders, each term within
-//          (K + 8) u: |diff| <= 2 (N + K + 8) u sum_rows |dn_k x_k r|.
+//          (K + 15) u: |diff| <= 2 (N + K + 15) u sum_rows |dn_k x_k r|.
 TEST(KdaGates, NormMatchesReadableFp64) {
   const int64_t B = 2, T = 7, H = 3, K = 24;
   const double eps = 1e-5, u = kU64;
@@ -832,7 +914,7 @@ TEST(KdaGates, NormMatchesReadableFp64) {
   auto R = at::randn({B, T, H * K}, gen, f64());
   auto fused = value_and_grads(
       [&](auto& a) {
-        return k::rms_norm_gated_fused(a[0], at::sigmoid(a[1]), a[2], eps, at::kDouble);
+        return k::rms_norm_gated_fused(a[0], a[1], a[2], eps, at::kDouble);
       },
       {o, gate, w}, R);
   auto readable = value_and_grads(
@@ -851,13 +933,13 @@ TEST(KdaGates, NormMatchesReadableFp64) {
     EXPECT_LE((diff.abs() - bound).max().item<double>(), 0.0) << what;
   };
   const double rows = double(B * T * H);
-  check(fused[0] - readable[0], 2 * (K + 8) * u * (n * s).abs().reshape({B, T, H * K}), "y");
+  check(fused[0] - readable[0], 2 * (K + 12) * u * (n * s).abs().reshape({B, T, H * K}), "y");
   check((fused[1] - readable[1]).transpose(1, 2),
-        4 * (K + 10) * u * r * (w * dn).abs().sum(-1, true), "d o");
-  check(fused[2] - readable[2], 2 * (K + 8) * u * (dy * n).abs().reshape({B, T, H * K}),
+        4 * (K + 14) * u * r * (w * dn).abs().sum(-1, true), "d o");
+  check(fused[2] - readable[2], (2 * K + 34) * u * (dy * n * s).abs().reshape({B, T, H * K}),
         "d gate");
-  check(fused[3] - readable[3], 2 * (rows + K + 8) * u * (dn * x * r).abs().reshape({-1, K}).sum(0),
-        "d w");
+  check(fused[3] - readable[3],
+        2 * (rows + K + 15) * u * (dn * x * r).abs().reshape({-1, K}).sum(0), "d w");
 }
 
 // Bitwise: the gates' forward and gradients do not depend on the thread count (each head of
@@ -879,7 +961,7 @@ TEST_P(KdaGatesThreadsBitwise, ThreadCountFree) {
     return value_and_grads(
         [&](auto& in) {
           auto z = at::sigmoid(k::decay_pre_fused(in[0], in[1], in[2]));  // stands in for o
-          return k::rms_norm_gated_fused(z, at::sigmoid(in[3]), in[4], 1e-5, dt);
+          return k::rms_norm_gated_fused(z, in[3], in[4], 1e-5, dt);
         },
         {pre, bias, rate, gate, w}, R);
   };

@@ -204,9 +204,9 @@ PARITY_INLINE void backward_impl(const Shape& s, const E* q, const E* k, const E
       // The state entering the chunk, by columns; then S' of every token of the chunk,
       // recomputed with the forward's own operations (same bits).
       const E* st = states + n * Kp * Vp + j0;
-      // (Read by rows, so the loads run along memory; the scattered writes stay in L1.)
-      for (int64_t i = 0; i < Kp; ++i)
-        for (int64_t jj = 0; jj < nc; ++jj) cur[jj * Kp + i] = st[i * Vp + jj];
+      // (Written by columns: the strided loads cost less than scattered stores would.)
+      for (int64_t jj = 0; jj < nc; ++jj)
+        for (int64_t i = 0; i < Kp; ++i) cur[jj * Kp + i] = st[i * Vp + jj];
       for (int64_t t = t0; t < t1; ++t) {
         E* sp = &Sp[(t - t0) * VT * Kp];
         for (int64_t jj = 0; jj < nc; ++jj) {
@@ -225,21 +225,40 @@ PARITY_INLINE void backward_impl(const Shape& s, const E* q, const E* k, const E
           uu[jj] = r[t * Vp + j0 + jj] * beta[t];
           store(&du_part[jj * W], zeros<E>());
         }
-        // G += q do^T; dq += S do; dk += G u; du = G^T k (by vector blocks of key channels)
-        for (int64_t b = 0; b < NB; ++b) {
-          const Vec<E> kb = load(&kp[t * Kp + b * W]), qb = load(&qp[t * Kp + b * W]);
-          Vec<E> dq_acc = zeros<E>(), dk_acc = zeros<E>();
-          for (int64_t jj = 0; jj < nc; ++jj) {
-            const Vec<E> St = load(sp + jj * Kp + b * W) + kb * uu[jj];
-            const Vec<E> Gv = load(&G[jj * Kp + b * W]) + qb * dot[jj];
-            store(&G[jj * Kp + b * W], Gv);
-            dq_acc += St * dot[jj];
-            dk_acc += Gv * uu[jj];
-            store(&du_part[jj * W], load(&du_part[jj * W]) + Gv * kb);
+        // G += q do^T; dq += S do; dk += G u; du = G^T k (by vector blocks of key channels,
+        // two blocks per pass over the columns so that four sums are in flight; each block's
+        // sums run over the columns in order, as with one block per pass)
+        const auto pass1 = [&](int64_t b, auto blocks) {
+          constexpr int R = decltype(blocks)::value;
+          Vec<E> kb[R], qb[R], dq_acc[R], dk_acc[R];
+          for (int x = 0; x < R; ++x) {
+            kb[x] = load(&kp[t * Kp + (b + x) * W]);
+            qb[x] = load(&qp[t * Kp + (b + x) * W]);
+            dq_acc[x] = zeros<E>();
+            dk_acc[x] = zeros<E>();
           }
-          store(&dqp[t * Kp + b * W], load(&dqp[t * Kp + b * W]) + dq_acc);
-          store(&dkp[t * Kp + b * W], load(&dkp[t * Kp + b * W]) + dk_acc);
-        }
+          for (int64_t jj = 0; jj < nc; ++jj) {
+            Vec<E> du = load(&du_part[jj * W]);
+            for (int x = 0; x < R; ++x) {
+              const int64_t at = jj * Kp + (b + x) * W;
+              const Vec<E> St = load(sp + at) + kb[x] * uu[jj];
+              const Vec<E> Gv = load(&G[at]) + qb[x] * dot[jj];
+              store(&G[at], Gv);
+              dq_acc[x] += St * dot[jj];
+              dk_acc[x] += Gv * uu[jj];
+              du += Gv * kb[x];
+            }
+            store(&du_part[jj * W], du);
+          }
+          for (int x = 0; x < R; ++x) {
+            const int64_t at = t * Kp + (b + x) * W;
+            store(&dqp[at], load(&dqp[at]) + dq_acc[x]);
+            store(&dkp[at], load(&dkp[at]) + dk_acc[x]);
+          }
+        };
+        int64_t b1 = 0;
+        for (; b1 + 2 <= NB; b1 += 2) pass1(b1, std::integral_constant<int, 2>{});
+        if (b1 < NB) pass1(b1, std::integral_constant<int, 1>{});
         for (int64_t c0 = 0; c0 < nc; c0 += W) store(&du_col[c0], lane_sums<E>(&du_part[c0 * W]));
         E dbeta_acc = 0;
         for (int64_t jj = 0; jj < nc; ++jj) {
@@ -249,20 +268,34 @@ PARITY_INLINE void backward_impl(const Shape& s, const E* q, const E* k, const E
           dbeta_acc += du * r[t * Vp + j0 + jj];
         }
         dbeta[t] += dbeta_acc;
-        // G += k dw^T; dk += S' dw; dg = rowsum(G o S'); G = diag(a) G
-        for (int64_t b = 0; b < NB; ++b) {
-          const Vec<E> kb = load(&kp[t * Kp + b * W]), ab = load(&ap[t * Kp + b * W]);
-          Vec<E> dk_acc = zeros<E>(), dg_acc = zeros<E>();
-          for (int64_t jj = 0; jj < nc; ++jj) {
-            const Vec<E> spv = load(sp + jj * Kp + b * W);
-            const Vec<E> Gv = load(&G[jj * Kp + b * W]) + kb * dw[jj];
-            dk_acc += spv * dw[jj];
-            dg_acc += Gv * spv;
-            store(&G[jj * Kp + b * W], Gv * ab);
+        // G += k dw^T; dk += S' dw; dg = rowsum(G o S'); G = diag(a) G (two blocks a pass)
+        const auto pass2 = [&](int64_t b, auto blocks) {
+          constexpr int R = decltype(blocks)::value;
+          Vec<E> kb[R], ab[R], dk_acc[R], dg_acc[R];
+          for (int x = 0; x < R; ++x) {
+            kb[x] = load(&kp[t * Kp + (b + x) * W]);
+            ab[x] = load(&ap[t * Kp + (b + x) * W]);
+            dk_acc[x] = zeros<E>();
+            dg_acc[x] = zeros<E>();
           }
-          store(&dkp[t * Kp + b * W], load(&dkp[t * Kp + b * W]) + dk_acc);
-          store(&dgp[t * Kp + b * W], load(&dgp[t * Kp + b * W]) + dg_acc);
-        }
+          for (int64_t jj = 0; jj < nc; ++jj)
+            for (int x = 0; x < R; ++x) {
+              const int64_t at = jj * Kp + (b + x) * W;
+              const Vec<E> spv = load(sp + at);
+              const Vec<E> Gv = load(&G[at]) + kb[x] * dw[jj];
+              dk_acc[x] += spv * dw[jj];
+              dg_acc[x] += Gv * spv;
+              store(&G[at], Gv * ab[x]);
+            }
+          for (int x = 0; x < R; ++x) {
+            const int64_t at = t * Kp + (b + x) * W;
+            store(&dkp[at], load(&dkp[at]) + dk_acc[x]);
+            store(&dgp[at], load(&dgp[at]) + dg_acc[x]);
+          }
+        };
+        int64_t b2 = 0;
+        for (; b2 + 2 <= NB; b2 += 2) pass2(b2, std::integral_constant<int, 2>{});
+        if (b2 < NB) pass2(b2, std::integral_constant<int, 1>{});
       }
     }
   }

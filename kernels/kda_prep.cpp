@@ -45,14 +45,21 @@ PARITY_INLINE A silu_of(A c) {
   return c / (A(1) + fixed_exp(-c));
 }
 
+// The taps of channels [cb, cb + n) in A, tap-major: wt[j * kTile + c].
+template <class S, int64_t N>
+PARITY_INLINE void widen_taps(const ConvShape& s, const S* w, int64_t cb, Width<N> n,
+                              Acc<S>* wt) {
+  for (int64_t j = 0; j < s.J; ++j)
+    for (int64_t c = 0; c < n; ++c) wt[j * kTile + c] = widen<S>(w[(cb + c) * s.J + j]);
+}
+
 // One tile of channels [cb, cb + n).
 template <class S, int64_t N>
 PARITY_INLINE void conv_fwd_tile(const ConvShape& s, const S* x, const S* w, S* y, int64_t cb,
                                  Width<N> n, Acc<S>* wt) {
   using A = Acc<S>;
-  const int64_t T = s.T, C = s.C, J = s.J;
-  for (int64_t j = 0; j < J; ++j)
-    for (int64_t c = 0; c < n; ++c) wt[j * kTile + c] = widen<S>(w[(cb + c) * J + j]);
+  const int64_t T = s.T, C = s.C;
+  widen_taps(s, w, cb, n, wt);
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t t = 0; t < T; ++t) {
       alignas(64) A acc[kTile];
@@ -74,8 +81,7 @@ PARITY_INLINE void conv_bwd_tile(const ConvShape& s, const S* x, const S* w, con
                                  Acc<S>* g) {
   using A = Acc<S>;
   const int64_t T = s.T, C = s.C, J = s.J;
-  for (int64_t j = 0; j < J; ++j)
-    for (int64_t c = 0; c < n; ++c) wt[j * kTile + c] = widen<S>(w[(cb + c) * J + j]);
+  widen_taps(s, w, cb, n, wt);
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t t = 0; t < T; ++t) {
       const S* dyr = dy + (b * T + t) * C + cb;

@@ -106,9 +106,9 @@ class C10dComm : public Comm {
   int rank() const override { return rank_; }
   int world() const override { return world_; }
 
-  void send(const std::vector<at::Tensor>& tensors, int to_rank, const Tag& tag) override {
-    std::vector<at::Tensor> dense;
-    for (const auto& t : tensors) dense.push_back(t.detach().contiguous().clone());
+  void send(std::vector<at::Tensor> tensors, int to_rank, const Tag& tag) override {
+    std::vector<at::Tensor> dense;  // held until the send completes
+    for (auto& t : tensors) dense.push_back(owned_dense(std::move(t)));
     count(dense, tag);
     for (size_t i = 0; i < dense.size(); ++i) {
       std::vector<at::Tensor> one{dense[i]};

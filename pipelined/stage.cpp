@@ -13,12 +13,24 @@ namespace {
 
 bool contains(const Blocks& bs, int b) { return std::binary_search(bs.begin(), bs.end(), b); }
 
+// [B,T,D] columns side by side: a fresh dense [B,T,N,D] tensor, outside autograd (a stage's
+// entry stack becomes a leaf; a wire's columns carry no graph). One copy per column: at::stack
+// would go through a concatenation of strided views.
+at::Tensor stack_columns(const std::vector<at::Tensor>& cols) {
+  at::NoGradGuard no_grad;
+  const auto& c0 = cols.at(0);
+  auto out = at::empty({c0.size(0), c0.size(1), static_cast<int64_t>(cols.size()), c0.size(2)},
+                       c0.options());
+  for (size_t i = 0; i < cols.size(); ++i) out.select(2, static_cast<int64_t>(i)).copy_(cols[i]);
+  return out;
+}
+
 // Columns of stack_BTND at the given block indices, dense, in the order given.
 at::Tensor columns(const at::Tensor& stack, const Blocks& blocks) {
   std::vector<at::Tensor> cols;
   cols.reserve(blocks.size());
   for (int b : blocks) cols.push_back(stack.select(2, b));
-  return at::stack(cols, 2).contiguous();
+  return stack_columns(cols);
 }
 
 }  // namespace
@@ -114,7 +126,7 @@ void StageRunner::forward(int mb) {
     else if (w == cols.size())
       stack = msg.at(1);  // every column came over the wire (naive): the delta is the stack
     else
-      stack = at::stack(cols, 2);
+      stack = stack_columns(cols);
     sv.h_leaf = h.detach().requires_grad_(ctx_->training);
     sv.stack_leaf = stack.detach().requires_grad_(ctx_->training && !cols.empty());
     state = {sv.h_leaf, sv.stack_leaf};
@@ -134,7 +146,7 @@ void StageRunner::forward(int mb) {
     if (ctx_->ledger)
       ctx_->ledger->hops.push_back({ctx_->ledger_mb_base + mb, stage_, stage_ + 1, true, "h",
                                     kernels::tensor_hash(state.x_BTD)});
-    ctx_->transport->send(payload, ctx_->tables->rank_of(stage_ + 1),
+    ctx_->transport->send(std::move(payload), ctx_->tables->rank_of(stage_ + 1),
                           Tag{stage_, stage_ + 1, mb, true});
   }
   sv.out_x = state.x_BTD;
@@ -164,7 +176,10 @@ void StageRunner::backward(int mb) {
     if (all_sent && !ctx_->cache) {
       if (!sent.empty()) g_stack = msg.at(1);  // naive: the wire gradient is the whole column set
     } else if (sv.out_stack.size(2) > 0) {
-      g_stack = at::zeros_like(sv.out_stack);
+      // The columns that went forward get their wire gradient, the others start at zero.
+      g_stack = at::empty_like(sv.out_stack, at::MemoryFormat::Contiguous);
+      for (int b = 0; b < g_stack.size(2); ++b)
+        if (!contains(sent, b)) g_stack.select(2, b).zero_();
       for (size_t i = 0; i < sent.size(); ++i) g_stack.select(2, sent[i]).copy_(msg.at(1).select(2, i));
     }
     if (ctx_->cache) {
@@ -195,16 +210,19 @@ void StageRunner::backward(int mb) {
 
   if (stage_ == 0) return;
   // Input gradients: the hidden state, the wire columns (dense, wire order), deposits.
-  auto g_h = sv.h_leaf.grad().defined() ? sv.h_leaf.grad() : at::zeros_like(sv.h_leaf);
-  at::Tensor g_in = sv.stack_leaf.grad();
+  // The leaves die with sv: their gradients are taken, not shared, so a dense one leaves as is.
+  auto g_h = std::move(sv.h_leaf.mutable_grad());
+  if (!g_h.defined()) g_h = at::zeros_like(sv.h_leaf);
+  at::Tensor g_in = std::move(sv.stack_leaf.mutable_grad());
   if (!g_in.defined() && sv.stack_leaf.size(2) > 0) g_in = at::zeros_like(sv.stack_leaf);
-  std::vector<at::Tensor> payload{g_h};
   if (ctx_->ledger)
     ctx_->ledger->hops.push_back(
         {ctx_->ledger_mb_base + mb, stage_, stage_ - 1, false, "dh", kernels::tensor_hash(g_h)});
+  std::vector<at::Tensor> payload;  // pushed, not braced: an initializer list would hold a copy
+  payload.push_back(std::move(g_h));
   const auto& wire = recv_blocks();
-  if (!wire.empty()) payload.push_back(ctx_->cache ? columns(g_in, wire) : g_in);
-  ctx_->transport->send(payload, ctx_->tables->rank_of(stage_ - 1),
+  if (!wire.empty()) payload.push_back(ctx_->cache ? columns(g_in, wire) : std::move(g_in));
+  ctx_->transport->send(std::move(payload), ctx_->tables->rank_of(stage_ - 1),
                         Tag{stage_, stage_ - 1, mb, false});
   if (ctx_->cache) {
     for (int b : r.deposits) {

@@ -31,10 +31,17 @@ int64_t Transport::total_bytes(bool forward) const {
   return n;
 }
 
-void Mailboxes::send(const std::vector<at::Tensor>& tensors, int, const Tag& tag) {
+at::Tensor Transport::owned_dense(at::Tensor t) {
+  const bool alone = t.use_count() == 1 && t.storage().use_count() == 1 &&
+                     t.is_contiguous() && t.storage_offset() == 0 &&
+                     t.storage().nbytes() == t.nbytes();
+  return alone ? t.detach() : t.detach().clone(at::MemoryFormat::Contiguous);
+}
+
+void Mailboxes::send(std::vector<at::Tensor> tensors, int, const Tag& tag) {
   std::vector<at::Tensor> copies;
   copies.reserve(tensors.size());
-  for (const auto& t : tensors) copies.push_back(t.detach().clone(at::MemoryFormat::Contiguous));
+  for (auto& t : tensors) copies.push_back(owned_dense(std::move(t)));
   count(copies, tag);
   if (!boxes_.emplace(tag, std::move(copies)).second)
     throw std::logic_error("in-process transport: a second message for " + tag.str());

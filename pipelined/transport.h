@@ -35,7 +35,9 @@ struct TensorSpec {
 class Transport {
  public:
   virtual ~Transport() = default;
-  virtual void send(const std::vector<at::Tensor>& tensors, int to_rank, const Tag& tag) = 0;
+  // Takes the tensors: one the caller no longer holds (a fresh dense tensor moved in) leaves
+  // as it is; any other is copied first, so no later write on either side reaches the other.
+  virtual void send(std::vector<at::Tensor> tensors, int to_rank, const Tag& tag) = 0;
   // Whether the message has arrived (the in-process scheduler asks before it runs an action).
   virtual bool ready(int from_rank, const Tag& tag) = 0;
   // The message, one tensor per spec; throws ProtocolError when it does not match them.
@@ -49,6 +51,9 @@ class Transport {
 
  protected:
   void count(const std::vector<at::Tensor>& tensors, const Tag& tag);
+  // t itself, detached, when nothing else references it or its storage and it is dense over
+  // the whole storage; otherwise a dense copy.
+  static at::Tensor owned_dense(at::Tensor t);
 
  private:
   std::map<std::pair<int, bool>, int64_t> bytes_;
@@ -57,7 +62,7 @@ class Transport {
 // The in-process transport: one mailbox per tag. Sends copy (dense), as a wire would.
 class Mailboxes : public Transport {
  public:
-  void send(const std::vector<at::Tensor>& tensors, int to_rank, const Tag& tag) override;
+  void send(std::vector<at::Tensor> tensors, int to_rank, const Tag& tag) override;
   bool ready(int from_rank, const Tag& tag) override;
   std::vector<at::Tensor> recv(int from_rank, const Tag& tag,
                                const std::vector<TensorSpec>& like) override;

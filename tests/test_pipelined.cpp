@@ -15,6 +15,7 @@
 #include "kernels/params.h"
 #include "pipelined/executor.h"
 #include "pipelined/trainer.h"
+#include "pipelined/transport.h"
 #include "reference/trainer.h"
 #include "tests/synthetic.h"
 
@@ -219,6 +220,33 @@ TEST(TransportBytes, EqualTheRoutingTablesFigures) {
           EXPECT_EQ(st.bytes_backward_per_mb[m], entries * entry) << shape_name(sh) << " mb " << m;
         }
       }
+}
+
+// A message is the receiver's alone: a tensor the sender still holds (or a view of one) is
+// copied, so a later write on the sender's side does not reach it; a dense tensor moved in
+// with no other owner leaves without a copy.
+TEST(InProcessTransport, CopiesWhatTheSenderStillHoldsAndMovesWhatItGaveUp) {
+  pipelined::Mailboxes mail;
+  const pipelined::Tag tag{0, 1, 0, true};
+  auto kept = torch::arange(12, torch::kFloat).reshape({1, 3, 4});
+  auto given = torch::arange(12, torch::kFloat).reshape({1, 3, 4}) * 2;
+  auto base = torch::arange(24, torch::kFloat).reshape({1, 3, 2, 4});
+  const void* given_data = given.data_ptr();
+  std::vector<at::Tensor> message;  // pushed, not braced: an initializer list holds copies
+  message.push_back(kept);
+  message.push_back(std::move(given));
+  message.push_back(base.select(2, 1));
+  mail.send(std::move(message), 1, tag);
+  kept.fill_(-1);
+  base.fill_(-1);
+  const pipelined::TensorSpec spec{{1, 3, 4}, at::kFloat, at::kCPU};
+  auto got = mail.recv(0, tag, {spec, spec, spec});
+  EXPECT_TRUE(torch::equal(got[0], torch::arange(12, torch::kFloat).reshape({1, 3, 4})));
+  EXPECT_EQ(got[1].data_ptr(), given_data);
+  EXPECT_TRUE(torch::equal(got[1], torch::arange(12, torch::kFloat).reshape({1, 3, 4}) * 2));
+  EXPECT_TRUE(got[2].is_contiguous());
+  EXPECT_TRUE(torch::equal(got[2], torch::arange(24, torch::kFloat).reshape({1, 3, 2, 4}).select(2, 1)));
+  EXPECT_TRUE(mail.empty());
 }
 
 // Contract 1: the naive transport equals the reference bitwise, every step.

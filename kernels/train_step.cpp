@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "kernels/config.h"
+#include "kernels/host_allocator.h"
 #include "kernels/moe.h"
 #include "kernels/op_family.h"
 #include "kernels/threads.h"
@@ -61,6 +62,7 @@ NamedTensors make_buffers(const TrainConfig& cfg) {
 
 void prepare_run(const TrainConfig& cfg) {
   pin_threads(cfg.threads);
+  install_host_allocator();
   if (at::Device(cfg.device).is_cuda()) use_deterministic_cuda();
 }
 

@@ -84,7 +84,8 @@ RunInfo make_run_info(const TrainConfig& cfg, const std::string& trainer, int64_
 NamedTensors make_masters(const TrainConfig& cfg, const NamedTensors& init);
 NamedTensors make_buffers(const TrainConfig& cfg);
 
-// Pins threads and, on CUDA, turns deterministic algorithms on: the start of every run.
+// The start of every run: pins threads, installs the CPU allocator that caches freed large
+// blocks (kernels/host_allocator.h) and, on CUDA, turns deterministic algorithms on.
 void prepare_run(const TrainConfig& cfg);
 
 // Compute copies of the master parameters, made once per step: the masters themselves

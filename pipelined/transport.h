@@ -59,7 +59,8 @@ class Transport {
   std::map<std::pair<int, bool>, int64_t> bytes_;
 };
 
-// The in-process transport: one mailbox per tag. Sends copy (dense), as a wire would.
+// The in-process transport: one mailbox per tag. The receiver gets memory no one else holds,
+// as over a wire: a copy, or the sender's own dense tensor when it gave that up (send()).
 class Mailboxes : public Transport {
  public:
   void send(std::vector<at::Tensor> tensors, int to_rank, const Tag& tag) override;

@@ -107,9 +107,7 @@ class C10dComm : public Comm {
   int world() const override { return world_; }
 
   void send(std::vector<at::Tensor> tensors, int to_rank, const Tag& tag) override {
-    std::vector<at::Tensor> dense;  // held until the send completes
-    for (auto& t : tensors) dense.push_back(owned_dense(std::move(t)));
-    count(dense, tag);
+    const auto dense = take(std::move(tensors), tag);  // held until the send completes
     for (size_t i = 0; i < dense.size(); ++i) {
       std::vector<at::Tensor> one{dense[i]};
       const int to = to_rank + peer_offset_;

@@ -31,19 +31,22 @@ int64_t Transport::total_bytes(bool forward) const {
   return n;
 }
 
-at::Tensor Transport::owned_dense(at::Tensor t) {
-  const bool alone = t.use_count() == 1 && t.storage().use_count() == 1 &&
-                     t.is_contiguous() && t.storage_offset() == 0 &&
-                     t.storage().nbytes() == t.nbytes();
-  return alone ? t.detach() : t.detach().clone(at::MemoryFormat::Contiguous);
+std::vector<at::Tensor> Transport::take(std::vector<at::Tensor> tensors, const Tag& tag) {
+  std::vector<at::Tensor> out;
+  out.reserve(tensors.size());
+  for (auto& held : tensors) {
+    at::Tensor t = std::move(held);
+    const bool alone = t.use_count() == 1 && t.storage().use_count() == 1 &&
+                       t.is_contiguous() && t.storage_offset() == 0 &&
+                       t.storage().nbytes() == t.nbytes();
+    out.push_back(alone ? t.detach() : t.detach().clone(at::MemoryFormat::Contiguous));
+  }
+  count(out, tag);
+  return out;
 }
 
 void Mailboxes::send(std::vector<at::Tensor> tensors, int, const Tag& tag) {
-  std::vector<at::Tensor> copies;
-  copies.reserve(tensors.size());
-  for (auto& t : tensors) copies.push_back(owned_dense(std::move(t)));
-  count(copies, tag);
-  if (!boxes_.emplace(tag, std::move(copies)).second)
+  if (!boxes_.emplace(tag, take(std::move(tensors), tag)).second)
     throw std::logic_error("in-process transport: a second message for " + tag.str());
 }
 

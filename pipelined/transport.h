@@ -51,9 +51,9 @@ class Transport {
 
  protected:
   void count(const std::vector<at::Tensor>& tensors, const Tag& tag);
-  // t itself, detached, when nothing else references it or its storage and it is dense over
-  // the whole storage; otherwise a dense copy.
-  static at::Tensor owned_dense(at::Tensor t);
+  // What leaves for the receiver, counted: each tensor itself, detached, when nothing else
+  // references it or its storage and it is dense over the whole storage; otherwise a dense copy.
+  std::vector<at::Tensor> take(std::vector<at::Tensor> tensors, const Tag& tag);
 
  private:
   std::map<std::pair<int, bool>, int64_t> bytes_;

@@ -1,5 +1,5 @@
 // `parity localise A B`: is each difference between two runs only reduction order, or a bug?
-// (DESIGN.md section 6, "Contribution ledger and verdicts" and "Localisation".)
+// (docs/design.md section 6, "Contribution ledger and verdicts" and "Localisation".)
 //
 // Both runs were made with --ledger. For every block gradient (step, micro-batch, block) each
 // side is first checked against its own contributions c_1..c_n: its value must lie within

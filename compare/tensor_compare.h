@@ -1,4 +1,4 @@
-// Comparing two stored tensors element by element (DESIGN.md section 6). Torch-free: it works
+// Comparing two stored tensors element by element (docs/design.md section 6). Torch-free: it works
 // on the raw bytes of h5::Array, in bf16, fp16, fp32 or fp64 (integers: bitwise only).
 //
 // Per tensor: the bitwise flag; #wrong (elements whose bits differ); the largest distance in

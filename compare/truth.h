@@ -1,4 +1,4 @@
-// Error against a float64 truth run (DESIGN.md section 6): the same cell run in fp64 from the
+// Error against a float64 truth run (docs/design.md section 6): the same cell run in fp64 from the
 // same seed checkpoint; each fp32/bf16 tensor's distance from it is counted in the run's own
 // ulps (the truth rounded to the run's dtype is the value the run would ideally hold), which
 // answers "which transport is closer to the truth".

@@ -1,4 +1,4 @@
-// Tensors from the files PyTorch users have (DESIGN.md section 2, the formats room): torch.save
+// Tensors from the files PyTorch users have (docs/design.md section 2): torch.save
 // archives and safetensors files. Each reader returns named tensors as stored (dtype, shape,
 // raw little-endian bytes, row-major and contiguous), in the file's own order, for the
 // comparison engine to consume as it consumes a dump (dumps/external.h).

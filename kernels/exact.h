@@ -1,4 +1,4 @@
-// The integer-valued model of the closed forms (DESIGN.md section 6, the `exact` flavor).
+// The integer-valued model of the closed forms (docs/design.md section 6, the `exact` flavor).
 //
 // Same units, blocks and stack as the real decoder, so it runs through the real trainers,
 // stage protocol and schedules; but every value it computes is a small dyadic rational, so

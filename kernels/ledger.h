@@ -1,4 +1,4 @@
-// The contribution ledger (DESIGN.md section 6): in ledger mode, what each read of the block
+// The contribution ledger (docs/design.md section 6): in ledger mode, what each read of the block
 // stack contributed to each block's gradient, what each block's gradient came to, and
 // fingerprints of what moved between stages.
 //

@@ -1,4 +1,4 @@
-// Multi-head latent attention (DESIGN.md section 4), no rotary.
+// Multi-head latent attention (docs/design.md section 4), no rotary.
 //
 //   q          = wq_b(q_norm(wq_a(x)))                      [B,T,H,nope+rope]
 //   kv, k_rope = split(wkv_a(x), [kv_lora, rope])

@@ -1,5 +1,5 @@
-// The Block-AttnRes decoder: torchtitan's kimi_k3 text model (DESIGN.md section 4,
-// K3_FACTS.md), as functions of named weights.
+// The Block-AttnRes decoder: torchtitan's kimi_k3 text model (docs/design.md sections 4 and 10),
+// as functions of named weights.
 //
 // The model owns no tensors: every call takes the weights (compute copies, by FQN) and the
 // buffers. This lets both trainers (and a pipeline stage holding a few units) drive the same

@@ -1,4 +1,4 @@
-// What a trainer tells the world, and nothing about file formats (DESIGN.md section 2).
+// What a trainer tells the world, and nothing about file formats (docs/design.md section 2).
 //
 // Both trainers call a StepObserver; the CLI wires observers that print, write JSONL metrics
 // or HDF5 dumps. Tensors handed to an observer are valid only during the call.

@@ -41,7 +41,7 @@ struct ParamSpec {
 
 // Parameter FQNs, shapes and order are those of torchtitan's text state dict
 // (named_parameters(): a module's own tensors before its children's, children in registration
-// order; K3_FACTS.md section 1). The vision tower is not modelled.
+// order; docs/design.md section 10). The vision tower is not modelled.
 std::vector<ParamSpec> param_specs(const ModelConfig& cfg);
 
 // Buffers: per MoE layer the expert bias (fp32, persistent: in the state dict and the dumps),

@@ -1,4 +1,4 @@
-// Pinning threads and deterministic algorithms (DESIGN.md section 3, determinism).
+// Pinning threads and deterministic algorithms (docs/design.md section 3, determinism).
 #pragma once
 
 namespace parity::kernels {

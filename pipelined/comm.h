@@ -1,4 +1,4 @@
-// Multi-process execution (DESIGN.md section 5, "Executors / transports"): one process per
+// Multi-process execution (docs/design.md section 5, "Executors / transports"): one process per
 // rank, real point-to-point messages over torch c10d.
 //
 // A Comm is a Transport between processes plus the two collectives the trainer needs after a

@@ -1,4 +1,4 @@
-// The in-process executor (DESIGN.md section 5): every rank is an object in one process, and a
+// The in-process executor (docs/design.md section 5): every rank is an object in one process, and a
 // deterministic scheduler runs, rank by rank in rank order, whichever rank's next action has
 // its inputs. A pass over all ranks that runs nothing is a deadlock, reported with the
 // step x rank grid and `<-- stuck` at each blocked rank's action.

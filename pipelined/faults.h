@@ -1,4 +1,4 @@
-// Fault injection in the block-stack transport (DESIGN.md section 6): routing bugs made on
+// Fault injection in the block-stack transport (docs/design.md section 6): routing bugs made on
 // purpose, so that the comparison engine can be shown to catch them on its own.
 //
 //   drop-deposit       the reader at `stage` does not deposit block `block`'s gradient

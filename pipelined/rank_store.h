@@ -1,4 +1,4 @@
-// The per-rank block store of the cached transport (DESIGN.md section 5).
+// The per-rank block store of the cached transport (docs/design.md section 5).
 //
 // Forward: a stage puts every block it receives or commits (a detached view of its stack
 // column, no copy); later stages on the same rank read them instead of receiving them. A

@@ -1,4 +1,4 @@
-// Routing tables of the block-stack transport (DESIGN.md section 5): pure functions of the
+// Routing tables of the block-stack transport (docs/design.md section 5): pure functions of the
 // layer count, the block size, the split and the stage->rank map. No tensors.
 //
 // Blocks: entry b of the stack is committed at layer b * lpb (block 0 is the embedding output,

@@ -1,4 +1,4 @@
-// The stage protocol (DESIGN.md section 5): one implementation for both transports.
+// The stage protocol (docs/design.md section 5): one implementation for both transports.
 //
 // Forward of stage s for micro-batch m:
 //   * assemble the entry stack in block order: columns the rank's store holds (cached) are

@@ -1,4 +1,4 @@
-// How stages exchange tensors (DESIGN.md section 5, "Executors / transports").
+// How stages exchange tensors (docs/design.md section 5, "Executors / transports").
 //
 // A message is (hidden, delta) forward and (d hidden, d delta) backward; the delta is omitted
 // when the tables say it is empty, on both sides. Tensors are made dense before they leave.

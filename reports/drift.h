@@ -1,4 +1,4 @@
-// The drift table, as the seed prints it, and the per-cell summary (DESIGN.md section 7).
+// The drift table, as the seed prints it, and the per-cell summary (docs/design.md section 7).
 // Torch-free; every renderer (text, Markdown, CSV, JSON, HTML) draws from these.
 //
 // Per table (a reference cell and the cells compared against it), per row and report step:

@@ -1,5 +1,5 @@
 // Nightly history: one JSON line per matrix run appended to a file, and the trend it shows
-// (DESIGN.md section 7). Torch-free.
+// (docs/design.md section 7). Torch-free.
 //
 // A line: {"started", "git_sha", "matrix", "source", "wall_seconds", "cells": [{"name",
 // "status", "verdict", "gate", "final_step", "final_loss", "final_loss_drift_pct"}]}.

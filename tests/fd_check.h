@@ -14,7 +14,7 @@
 
 namespace parity::testing {
 
-// Verification runs pin threads to 1 (DESIGN.md section 3); so do the tests (torch's
+// Verification runs pin threads to 1 (docs/design.md section 3); so do the tests (torch's
 // intra-op pool and OpenBLAS's own).
 class SingleThread : public ::testing::Environment {
  public:

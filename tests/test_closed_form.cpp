@@ -1,4 +1,4 @@
-// Contract 3 (DESIGN.md section 3): the exact flavor through the real trainers, stage protocol
+// Contract 3 (docs/design.md section 3): the exact flavor through the real trainers, stage protocol
 // and schedules equals its closed form bitwise, in bf16, fp32 and fp64, cache on and off, on
 // every split, over 3 SGD steps with a forward-only pass between; exact-wide in fp64. And the
 // closed form catches every injected routing fault on its own.

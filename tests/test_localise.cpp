@@ -1,6 +1,7 @@
-// The contribution ledger and `localise` (DESIGN.md section 6, contract 4): ledger mode moves
-// no bit; cached against naive transport differs only by reduction order, only inside the
-// predicted set; every injected fault is WRONG and localised to its block and stage.
+// The contribution ledger and `localise` (docs/design.md sections 3 and 6, contract 4):
+// ledger mode moves no bit; cached against naive transport differs only by reduction order,
+// only inside the predicted set; every injected fault is WRONG and localised to its block and
+// stage.
 #include <gtest/gtest.h>
 
 #include <filesystem>

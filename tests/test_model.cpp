@@ -1,5 +1,5 @@
 // Tests for the whole model (kernels/model.h), flavor tiny: the layer wiring equals
-// torchtitan's block (K3_FACTS.md section 2; bitwise); causality (changing token t leaves the
+// torchtitan's block (docs/design.md section 10; bitwise); causality (changing token t leaves the
 // logits at positions < t unchanged up to reduction order, fp64); in fp64 the loss and
 // parameter gradients of a 2-row batch equal the sums over the rows run one at a time; and in
 // fp64 the chunked loss (ChunkedLossWrapper) and its gradients equal the unchunked ones.
@@ -63,7 +63,7 @@ at::Tensor logits_of(const k::Model& model, const k::NamedTensors& w, const k::N
   return model.head_logits(w, s);
 }
 
-// The layer wiring of torchtitan's KimiK3TransformerBlock (K3_FACTS.md section 2),
+// The layer wiring of torchtitan's KimiK3TransformerBlock (docs/design.md section 10),
 // re-derived here from the sheet and run with the kernels' own ops and arguments (fp32, tiny,
 // all 17 layers and the head, a forward-only pass): the loss is bitwise equal to Model's
 // with one loss chunk and n_global = 1, since the same ops run on the same values in the same

@@ -1,4 +1,4 @@
-// The pipelined trainer against the reference (DESIGN.md section 3, contracts 1 and 2), and
+// The pipelined trainer against the reference (docs/design.md section 3, contracts 1 and 2), and
 // the stage protocol's invariants: store lifetime, deposit counts, forward-only passes,
 // refusals. Everything here is bitwise: no tolerance appears in this file.
 #include <gtest/gtest.h>

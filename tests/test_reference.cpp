@@ -1,4 +1,4 @@
-// The reference trainer's contract (DESIGN.md section 3): micro-batch accumulation equals the
+// The reference trainer's contract (docs/design.md section 3): micro-batch accumulation equals the
 // whole batch, the logged loss is the sum of the micro-batch losses, runs are deterministic,
 // and the accumulation modes coincide outside bf16. Bitwise tests and tolerance tests are kept
 // apart; each tolerance states where it comes from.

@@ -1,8 +1,8 @@
-// The split and the block-stack routing tables (DESIGN.md sections 5 and 9). Every expected
+// The split and the block-stack routing tables (docs/design.md sections 5 and 9). Every expected
 // value below is written out by hand from the seed pull request's review tables
-// (shared/seed/000_916151ceefdb8fa8.txt, "2 blocks x 4 layers, with pp2 x vp2" and "4 blocks x
-// 4 layers, pp4 x vp4", forward and backward) or from DESIGN.md section 9; the seed's stack
-// entries e, x4, x8, x12 are our blocks 0, 1, 2, 3.
+// ("2 blocks x 4 layers, with pp2 x vp2" and "4 blocks x 4 layers, pp4 x vp4", forward and
+// backward) or from docs/design.md section 9; the seed's stack entries e, x4, x8, x12 are our
+// blocks 0, 1, 2, 3.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -159,7 +159,7 @@ TEST(ParseSplit, EmbAndHeadMayBeLeftOut) {
   EXPECT_EQ(pl::parse_split("0-1|2-4|5-6|7", 8, 4).spec(), "emb,0-1|2-4|5-6|7,head");
   EXPECT_EQ(pl::parse_split("0-1|2-4|5-6|7,head", 8).spec(), "emb,0-1|2-4|5-6|7,head");
   EXPECT_EQ(pl::parse_split("emb,0-1|2-4|5-6|7", 8).spec(), "emb,0-1|2-4|5-6|7,head");
-  // DESIGN.md section 5's example shape: a stage holding only the head is written `head`.
+  // docs/design.md section 5's example shape: a stage holding only the head is written `head`.
   EXPECT_EQ(pl::parse_split("0|1-2|3-4|5|6|7|8|9|10|11|12|13|14|15|16|head", 17, 16).spec(),
             "emb,0|1-2|3-4|5|6|7|8|9|10|11|12|13|14|15|16|head");
   // Spaces around items are allowed.
@@ -238,7 +238,7 @@ TEST(ParseSplit, LayerNumberEqualToLayerCountIsRefused) {
 }
 
 // ------------------------------------------------------------------------------------------
-// 2. DESIGN.md section 9: volumes, 93 layers, blocks of 12 (8 entries), default split.
+// 2. docs/design.md section 9: volumes, 93 layers, blocks of 12 (8 entries), default split.
 // ------------------------------------------------------------------------------------------
 
 TEST(RoutingVolume, Section9Figures) {

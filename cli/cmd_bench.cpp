@@ -3,7 +3,7 @@
 
 #include "cli/commands.h"
 #include "cli/validators.h"
-#include "harness/limits.h"
+#include "spec/limits.h"
 #include "harness/bench.h"
 
 namespace parity::cli {
@@ -17,9 +17,9 @@ Command add_bench_command(CLI::App& app) {
       ->capture_default_str();
   add_run_options(*cmd, o->run);
   cmd->add_option("--warmup-steps", o->warmup_steps, "unmeasured steps first")
-      ->capture_default_str()->check(integer_in(0, harness::kMaxBenchSteps));
+      ->capture_default_str()->check(integer_in(0, spec::kMaxBenchSteps));
   cmd->add_option("--measured-steps", o->measured_steps, "steps whose median is reported")
-      ->capture_default_str()->check(integer_in(1, harness::kMaxBenchSteps));
+      ->capture_default_str()->check(integer_in(1, spec::kMaxBenchSteps));
   cmd->add_flag("--breakdown", o->breakdown,
                  "reference/step/pipelined: time per op family, the step's FLOPs, the achieved "
                  "GFLOP/s and the GEMM peak measured in the same run");

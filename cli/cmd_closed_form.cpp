@@ -4,7 +4,7 @@
 
 #include "cli/commands.h"
 #include "cli/validators.h"
-#include "harness/limits.h"
+#include "spec/limits.h"
 #include "harness/closed_form.h"
 
 namespace parity::cli {
@@ -17,21 +17,21 @@ Command add_closed_form_command(CLI::App& app) {
       "Run the integer-valued `exact` flavor through a trainer and check every loss, gradient "
       "and parameter bitwise against its closed form (exit 0 pass, 1 fail)");
   auto& o = *opts;
-  cmd->add_option("--trainer", o.trainer, "reference | pipelined (default: pipelined when a "
-                                          "pipeline shape is given)");
-  cmd->add_option("--pp", o.run.pp, "pipeline ranks")->check(integer_in(1, harness::kMaxRanks));
+  add_choice(*cmd, o.trainer, spec::trainers(),
+             "the trainer (default: pipelined when a pipeline shape is given)");
+  cmd->add_option("--pp", o.run.pp, "pipeline ranks")->check(integer_in(1, spec::kMaxRanks));
   cmd->add_option("--vp", o.run.vp, "stages per rank")
-      ->check(integer_in(1, harness::kMaxVirtualStages));
-  cmd->add_option("--schedule", o.run.schedule, "1f1b | interleaved1f1b");
+      ->check(integer_in(1, spec::kMaxVirtualStages));
+  add_choice(*cmd, o.run.schedule, spec::schedules(), "pipeline schedule");
   cmd->add_option("--split", o.run.split, "explicit split, e.g. \"0-1|2-4|5|6-9|10|11-13|14|15,head\"")
       ->check(non_empty_path());
-  cmd->add_option("--cache", o.run.cache, "block-stack transport: on (cached) | off (naive)");
-  cmd->add_option("--dtype", o.run.dtype, "bf16 | fp32 | fp64")->capture_default_str();
+  add_choice(*cmd, o.run.cache, spec::caches(), "block-stack transport: on (cached), off (naive)");
+  add_choice(*cmd, o.run.dtype, spec::precisions(), "precision mode");
   cmd->add_option("--steps", o.run.steps, "SGD steps")->capture_default_str()
-      ->check(integer_in(1, harness::kMaxClosedFormSteps));
+      ->check(integer_in(1, spec::kMaxClosedFormSteps));
   cmd->add_flag("--wide", o.wide, "values beyond 2^24 (needs --dtype fp64)");
   cmd->add_option("--inject", o.run.inject, "inject a routing fault, KIND:block=B,stage=S[,mb=M]");
-  cmd->add_option("--device", o.run.device, "cpu | cuda")->capture_default_str();
+  add_choice(*cmd, o.run.device, spec::devices(), "where the run computes");
   cmd->add_option("--threads", o.run.threads, "intra-op threads")->capture_default_str()
       ->check(threads());
   return {cmd, [opts] { return harness::closed_form_command(*opts); }};

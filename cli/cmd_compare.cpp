@@ -9,7 +9,7 @@
 #include "cli/commands.h"
 #include "cli/validators.h"
 #include "compare/compare_report.h"
-#include "harness/limits.h"
+#include "spec/limits.h"
 #include "harness/validate.h"
 
 namespace parity::cli {
@@ -35,7 +35,7 @@ Command add_compare_command(CLI::App& app) {
                   "layers=L,block=B,pp=P,vp=V[,split=SPEC]: judge every differing gradient "
                   "against the predicted set of the cached transport");
   cmd->add_option("--step", o->step, "the dumped step a single-step file stands for")
-      ->check(integer_in(1, harness::kMaxSteps));
+      ->check(integer_in(1, spec::kMaxSteps));
   cmd->add_flag("--all", o->all_rows, "list the bitwise-equal tensors too");
   cmd->add_option("--truth", o->truth, "an fp64 run of the same cell: report each run's error "
                                        "against it in its own ulps")

@@ -4,7 +4,7 @@
 #include "cli/commands.h"
 #include "cli/validators.h"
 #include "harness/drift.h"
-#include "harness/limits.h"
+#include "spec/limits.h"
 
 namespace parity::cli {
 
@@ -20,7 +20,7 @@ Command add_drift_command(CLI::App& app) {
       ->check(non_empty_path());
   cmd->add_option("--steps", o->steps, "report steps, e.g. 1,10,50,100 (default: those of them "
                                        "the reference logs, and its last)")
-      ->delimiter(',')->check(integer_in(1, harness::kMaxSteps));
+      ->delimiter(',')->check(integer_in(1, spec::kMaxSteps));
   cmd->add_option("--labels", o->labels, "row names, one per log, the reference's first (a "
                                          "label may hold commas and footnote marks)");
   cmd->add_option("--footnote", o->footnotes, "a footnote, printed as [1], [2], ... in order "

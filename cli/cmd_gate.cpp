@@ -1,11 +1,11 @@
-// parity gate [--matrix FILE]: the step-1 checks, for CI and `git bisect run` (harness/gate.h).
+// parity gate [--matrix FILE]: the step-1 checks, for CI and `git bisect run` (matrix/gate.h).
 // Exit codes: 0 pass, 1 a check failed, 125 the gate cannot run, 130 stopped.
 #include <memory>
 
 #include "cli/commands.h"
 #include "cli/validators.h"
-#include "harness/limits.h"
-#include "harness/gate.h"
+#include "spec/limits.h"
+#include "matrix/gate.h"
 
 namespace parity::cli {
 
@@ -13,7 +13,7 @@ Command add_gate_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "gate", "step-1 checks: contracts 1 and 2 and the closed forms (exit 0 pass, 1 fail, "
               "125 cannot run)");
-  auto o = std::make_shared<harness::GateOptions>();
+  auto o = std::make_shared<matrix::GateOptions>();
   cmd->add_option("--matrix", o->matrix, "matrix file, or a shipped one (quick, seed)")
       ->capture_default_str()->check(non_empty_path());
   cmd->add_option("--out", o->out, "keep the runs in this directory (default: a temporary "
@@ -21,9 +21,8 @@ Command add_gate_command(CLI::App& app) {
       ->check(non_empty_path());
   cmd->add_option("--jobs", o->run.jobs, "cores to keep busy (default: all)")
       ->check(threads());
-  cmd->add_option("--device", o->run.device, "run the cells and the closed forms on this "
-                                            "device (cpu, cuda)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+  add_choice(*cmd, o->run.device, spec::devices(),
+             "run the cells and the closed forms on this device");
   cmd->add_option("--tokens", o->run.tokens, "every cell reads this token file (train --tokens)")
       ->check(non_empty_path());
   cmd->add_flag("--keep", o->keep, "keep the temporary directory even when the gate passes");
@@ -33,7 +32,7 @@ Command add_gate_command(CLI::App& app) {
       ->check(non_empty_path());
   cmd->add_option("--markdown", o->markdown, "write a Markdown summary (for a PR comment)")
       ->check(non_empty_path());
-  return {cmd, [o] { return harness::run_gate(*o); }};
+  return {cmd, [o] { return matrix::run_gate(*o); }};
 }
 
 }  // namespace parity::cli

@@ -4,7 +4,7 @@
 
 #include "cli/commands.h"
 #include "cli/validators.h"
-#include "harness/limits.h"
+#include "spec/limits.h"
 #include "dumps/checkpoint.h"
 #include "dumps/state_dict.h"
 #include "harness/run_options.h"
@@ -16,9 +16,9 @@ namespace parity::cli {
 
 namespace {
 struct InitOptions {
-  std::string flavor = "debugmodel";
+  spec::Flavor flavor = spec::Flavor::Debugmodel;
   uint64_t seed = 42;
-  std::string pseudo_query_init = "trunc-normal";
+  spec::PseudoQueryInit pseudo_query_init = spec::PseudoQueryInit::TruncNormal;
   std::string from;
   std::string out;
 };
@@ -49,12 +49,11 @@ int run_init(const InitOptions& o) {
 Command add_init_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("init", "write a seed checkpoint (fp32 master parameters)");
   auto o = std::make_shared<InitOptions>();
-  cmd->add_option("--flavor", o->flavor, "debugmodel or tiny")->capture_default_str();
+  add_choice(*cmd, o->flavor, spec::flavors(), "model flavor");
   cmd->add_option("--seed", o->seed, "initialisation seed")->capture_default_str()
       ->check(unsigned_integer());
-  auto* pq = cmd->add_option("--pseudo-query-init", o->pseudo_query_init,
-                              "AttnRes pseudo-queries: trunc-normal (std 0.02, the PR era) or zero")
-                   ->capture_default_str();
+  auto* pq = add_choice(*cmd, o->pseudo_query_init, spec::pseudo_query_inits(),
+                        "AttnRes pseudo-queries (trunc-normal: std 0.02, the PR era)");
   cmd->add_option("--from", o->from,
                   "take the parameters from a torchtitan state dict (torch.save or safetensors) "
                   "instead of drawing them")

@@ -4,7 +4,7 @@
 
 #include "cli/commands.h"
 #include "cli/validators.h"
-#include "harness/limits.h"
+#include "spec/limits.h"
 #include "harness/layout_json.h"
 #include "pipelined/routing.h"
 #include "pipelined/schedule.h"
@@ -25,8 +25,7 @@ int run_layout(const LayoutOptions& o) {
     std::cout << harness::layout_json(o.layers, o.block, o.pp, o.vp, o.split).dump(2) << "\n";
     return 0;
   }
-  const auto split = o.split.empty() ? pipelined::default_split(o.layers, o.pp * o.vp)
-                                     : pipelined::parse_split(o.split, o.layers, o.pp * o.vp);
+  const auto split = pipelined::split_or_default(o.split, o.layers, o.pp * o.vp);
   std::cout << pipelined::format_tables(pipelined::make_routing_tables(o.layers, o.block, split, o.pp));
   return 0;
 }
@@ -38,8 +37,7 @@ struct ScheduleOptions {
 };
 
 int run_schedule(const ScheduleOptions& o) {
-  const auto kind = pipelined::parse_schedule_kind(
-      o.kind.empty() ? (o.vp == 1 ? "1f1b" : "interleaved1f1b") : o.kind);
+  const auto kind = o.kind.empty() ? spec::default_schedule(o.vp) : spec::schedules().parse(o.kind);
   const auto s = pipelined::make_schedule(kind, o.pp, o.vp, o.microbatches);
   const int rounds = pipelined::dry_run(s);
   if (o.json) {
@@ -59,13 +57,13 @@ Command add_layout_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("layout", "print the routing tables and volume of a pipeline");
   auto o = std::make_shared<LayoutOptions>();
   cmd->add_option("--layers", o->layers, "transformer layers")->capture_default_str()
-      ->check(integer_in(1, harness::kMaxLayers));
+      ->check(integer_in(1, spec::kMaxLayers));
   cmd->add_option("--block", o->block, "layers per block")->capture_default_str()
-      ->check(integer_in(1, harness::kMaxLayers));
+      ->check(integer_in(1, spec::kMaxLayers));
   cmd->add_option("--pp", o->pp, "pipeline ranks")->capture_default_str()
-      ->check(integer_in(1, harness::kMaxRanks));
+      ->check(integer_in(1, spec::kMaxRanks));
   cmd->add_option("--vp", o->vp, "stages per rank")->capture_default_str()
-      ->check(integer_in(1, harness::kMaxVirtualStages));
+      ->check(integer_in(1, spec::kMaxVirtualStages));
   cmd->add_option("--split", o->split, "explicit split, e.g. 'emb,0|1-2|...|head'")
       ->check(non_empty_path());
   cmd->add_flag("--json", o->json, "machine-readable output");
@@ -76,11 +74,11 @@ Command add_schedule_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("schedule", "print a pipeline schedule's step x rank grid");
   auto o = std::make_shared<ScheduleOptions>();
   cmd->add_option("--pp", o->pp, "pipeline ranks")->capture_default_str()
-      ->check(integer_in(1, harness::kMaxRanks));
+      ->check(integer_in(1, spec::kMaxRanks));
   cmd->add_option("--vp", o->vp, "stages per rank")->capture_default_str()
-      ->check(integer_in(1, harness::kMaxVirtualStages));
+      ->check(integer_in(1, spec::kMaxVirtualStages));
   cmd->add_option("--microbatches", o->microbatches, "micro-batches per step")
-      ->capture_default_str()->check(integer_in(1, harness::kMaxMicrobatches));
+      ->capture_default_str()->check(integer_in(1, spec::kMaxMicrobatches));
   cmd->add_option("--schedule", o->kind, "1f1b or interleaved1f1b");
   cmd->add_flag("--json", o->json, "machine-readable output");
   return {cmd, [o] { return run_schedule(*o); }};

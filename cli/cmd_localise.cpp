@@ -6,7 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/validators.h"
-#include "harness/limits.h"
+#include "spec/limits.h"
 #include "compare/localise.h"
 #include "compare/localise_report.h"
 

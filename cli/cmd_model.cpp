@@ -5,18 +5,13 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "dumps/h5.h"
 #include "kernels/config.h"
 #include "kernels/params.h"
 
 namespace parity::cli {
 
 namespace {
-std::string shape_text(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
 // 22479088 -> "22,479,088".
 std::string grouped(int64_t n) {
   std::string digits = std::to_string(n), out;
@@ -59,7 +54,7 @@ int run_model(const std::string& name) {
                            ? "buffer, fp32, in the state dict"
                            : (e.dtype == at::kInt ? "buffer, int32, not in the state dict"
                                                   : "buffer, fp32, not in the state dict");
-    std::printf("%-66s %-18s %10lld  %s\n", e.fqn.c_str(), shape_text(e.shape).c_str(),
+    std::printf("%-66s %-18s %10lld  %s\n", e.fqn.c_str(), h5::shape_text(e.shape).c_str(),
                 static_cast<long long>(n), kind);
   }
   const auto total = kernels::total_numel(specs);

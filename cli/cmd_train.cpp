@@ -3,7 +3,7 @@
 
 #include "cli/commands.h"
 #include "cli/validators.h"
-#include "harness/limits.h"
+#include "spec/limits.h"
 #include "harness/train.h"
 
 namespace parity::cli {
@@ -11,7 +11,7 @@ namespace parity::cli {
 Command add_train_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "train a model and report every step");
   auto o = std::make_shared<harness::TrainJob>();
-  cmd->add_option("--trainer", o->trainer, "reference or pipelined")->capture_default_str();
+  add_choice(*cmd, o->run.trainer, spec::trainers(), "the trainer");
   add_run_options(*cmd, o->run);
   cmd->add_option("--metrics", o->metrics, "write per-step metrics as JSONL to this file")
       ->check(non_empty_path());
@@ -25,7 +25,7 @@ Command add_train_command(CLI::App& app) {
                 "replace the rank*.h5 files of an earlier run in the --dump directory");
   cmd->add_option("--dump-steps", o->dump_steps, "steps whose gradients and parameters are "
                                                   "dumped, e.g. 1,2,10")
-      ->delimiter(',')->capture_default_str()->check(integer_in(1, harness::kMaxSteps));
+      ->delimiter(',')->capture_default_str()->check(integer_in(1, spec::kMaxSteps));
   return {cmd, [o] {
             harness::run_train(*o);
             return 0;

@@ -5,9 +5,12 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <optional>
+#include <string>
 
 #include "harness/errors.h"
 #include "harness/run_options.h"
+#include "spec/options.h"
 
 namespace parity::cli {
 
@@ -35,5 +38,27 @@ Command add_drift_command(CLI::App& app);
 
 // Registers the options every training run shares (`train`, `bench`) on `cmd`.
 void add_run_options(CLI::App& cmd, harness::RunOptions& o);
+
+// An option whose value is one of a specification table's names (spec/options.h): its flag,
+// the accepted names in --help and the refusal of any other value all come from the table,
+// and --help shows the field's value as the default.
+template <class E>
+CLI::Option* add_choice(CLI::App& cmd, E& field, const spec::Choices<E>& table,
+                        const std::string& help) {
+  return cmd
+      .add_option_function<std::string>(
+          table.option(), [&field, &table](const std::string& v) { field = table.parse(v); },
+          help + ": " + table.names())
+      ->default_str(table.name(field));
+}
+
+// The same for a field that may stay unset (its default depends on other options).
+template <class E>
+CLI::Option* add_choice(CLI::App& cmd, std::optional<E>& field, const spec::Choices<E>& table,
+                        const std::string& help) {
+  return cmd.add_option_function<std::string>(
+      table.option(), [&field, &table](const std::string& v) { field = table.parse(v); },
+      help + ": " + table.names());
+}
 
 }  // namespace parity::cli

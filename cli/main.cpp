@@ -13,40 +13,19 @@
 #include <string>
 
 #include "cli/commands.h"
-#include "compare/compare_report.h"
-#include "compare/predicted.h"
-#include "datasets/corpus.h"
-#include "dumps/checkpoint.h"
-#include "dumps/dump.h"
-#include "dumps/h5.h"
-#include "harness/matrix_runner.h"
+#include "matrix/runner.h"
 #include "harness/signals.h"
 #include "harness/version.h"
-#include "kernels/config.h"
 #include "kernels/vector_kernels.h"
-#include "pipelined/rank_store.h"
-#include "pipelined/schedule.h"
-#include "pipelined/split.h"
-#include "reports/matrix.h"
+#include "spec/bad_input.h"
 
 namespace {
 
-// Errors that mean the input was bad (exit 2); anything else is a failed run (exit 1).
+// Errors that mean the input was bad (exit 2): every library throws spec::BadInput (or a kind
+// of it) for those; anything else is a failed run (exit 1).
 bool is_bad_input(const std::exception& e) {
-  using namespace parity;
-  return dynamic_cast<const harness::UsageError*>(&e) || dynamic_cast<const kernels::ConfigError*>(&e) ||
-         dynamic_cast<const datasets::DataError*>(&e) ||
-         dynamic_cast<const dumps::CheckpointError*>(&e) ||
-         dynamic_cast<const dumps::DumpError*>(&e) || dynamic_cast<const h5::Error*>(&e) ||
-         dynamic_cast<const pipelined::SplitError*>(&e) ||
-         dynamic_cast<const pipelined::ScheduleError*>(&e) ||
-         dynamic_cast<const reports::MatrixError*>(&e) ||
-         dynamic_cast<const compare::CompareError*>(&e) ||
-         dynamic_cast<const compare::LayoutError*>(&e);
+  return dynamic_cast<const parity::spec::BadInput*>(&e) != nullptr;
 }
-
-// The first line of an error: a library's message can carry a traceback after it (c10's do).
-std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
 // Training allocates and frees the same large tensors every micro-batch. glibc's defaults
 // return each one to the kernel and fault it back in page by page (a quarter of a debugmodel
@@ -110,18 +89,21 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "parity: " << first_line(e.what()) << " (see parity --help)\n";
+    std::cerr << "parity: " << parity::spec::first_line(e.what()) << " (see parity --help)\n";
     return 2;
+  } catch (const parity::spec::BadInput& e) {  // an option's value, refused by its table
+    std::cerr << "parity: " << parity::spec::first_line(e.what()) << "\n";
+    return parity::spec::kBadInputExit;
   }
   try {
     for (auto* sub : app.get_subcommands()) return actions.at(sub)();
-  } catch (const harness::Interrupted& e) {
-    std::cerr << "parity: " << first_line(e.what()) << "\n";
+  } catch (const matrix::Interrupted& e) {
+    std::cerr << "parity: " << parity::spec::first_line(e.what()) << "\n";
     return 128 + e.signal();
   } catch (const std::exception& e) {
     const bool bad_input = is_bad_input(e);
-    std::cerr << "parity: " << (bad_input ? "" : "error: ") << first_line(e.what()) << "\n";
-    return bad_input ? 2 : 1;
+    std::cerr << "parity: " << (bad_input ? "" : "error: ") << parity::spec::first_line(e.what()) << "\n";
+    return bad_input ? parity::spec::kBadInputExit : 1;
   }
   return 0;
 }

@@ -1,32 +1,33 @@
 // The options every training run shares (`train`, `bench`), on a CLI11 command.
 #include "cli/commands.h"
 #include "cli/validators.h"
-#include "harness/limits.h"
+#include "spec/limits.h"
 
 namespace parity::cli {
 
 void add_run_options(CLI::App& cmd, harness::RunOptions& o) {
-  cmd.add_option("--flavor", o.flavor, "model flavor: debugmodel, tiny")->capture_default_str();
-  cmd.add_option("--dtype", o.dtype, "precision mode: fp32, bf16 (torchtitan's: bf16 parameters, gradients and "
-                 "optimizer states), bf16-master (fp32 masters, bf16 compute copies), fp64")->capture_default_str();
+  add_choice(cmd, o.flavor, spec::flavors(), "model flavor");
+  add_choice(cmd, o.dtype, spec::precisions(),
+             "precision mode (bf16 is torchtitan's: bf16 parameters, gradients and optimizer "
+             "states; bf16-master keeps fp32 masters and makes bf16 compute copies)");
   cmd.add_option("--steps", o.steps, "optimizer steps")->capture_default_str()
-      ->check(integer_in(1, harness::kMaxSteps));
+      ->check(integer_in(1, spec::kMaxSteps));
   cmd.add_option("--dp", o.dp,
                  "data-parallel replicas, run in-process one after the other on their own rows; "
                  "gradients summed in rank order after the last micro-batch")
-      ->check(integer_in(1, harness::kMaxRanks))
+      ->check(integer_in(1, spec::kMaxRanks))
       ->capture_default_str();
   cmd.add_option("--microbatches", o.microbatches, "micro-batches per step (M)")
-      ->capture_default_str()->check(integer_in(1, harness::kMaxMicrobatches));
+      ->capture_default_str()->check(integer_in(1, spec::kMaxMicrobatches));
   cmd.add_option("--batch", o.rows, "rows per micro-batch (B)")->capture_default_str()
-      ->check(integer_in(1, harness::kMaxRows));
+      ->check(integer_in(1, spec::kMaxRows));
   cmd.add_option("--seq-len", o.seq_len, "tokens per row (T)")->capture_default_str()
-      ->check(integer_in(1, harness::kMaxSeqLen));
+      ->check(integer_in(1, spec::kMaxSeqLen));
   cmd.add_option("--seed", o.seed, "initialisation seed (ignored with --init)")
       ->capture_default_str()->check(unsigned_integer());
   cmd.add_option("--threads", o.threads, "intra-op threads (pinned; recorded)")
       ->capture_default_str()->check(threads());
-  cmd.add_option("--device", o.device, "cpu or cuda")->capture_default_str();
+  add_choice(cmd, o.device, spec::devices(), "where the run computes");
   cmd.add_option("--init", o.init_path, "seed checkpoint written by `parity init`")
       ->check(non_empty_path());
   cmd.add_option("--data", o.data_path, "JSONL corpus, one {\"text\": ...} per line "
@@ -37,47 +38,40 @@ void add_run_options(CLI::App& cmd, harness::RunOptions& o) {
                  "machine without SentencePiece; scripts/gpu-pack makes one), a NumPy .npy "
                  "array, or a raw array with --tokens-dtype")
       ->check(non_empty_path());
-  cmd.add_option("--tokens-dtype", o.tokens_dtype,
-                 "a raw --tokens file's element type (nanoGPT/Megatron .bin): uint16, int32 or "
-                 "int64, little-endian");
-  cmd.add_option("--clip-order", o.clip_order, "total-norm order: single or per-rank")
-      ->capture_default_str();
+  add_choice(cmd, o.tokens_dtype, spec::token_dtypes(),
+             "a raw --tokens file's element type (nanoGPT/Megatron .bin), little-endian");
+  add_choice(cmd, o.clip_order, spec::clip_orders(), "total-norm order");
   cmd.add_option("--pp", o.pp, "pipeline ranks")->capture_default_str()
-      ->check(integer_in(1, harness::kMaxRanks));
+      ->check(integer_in(1, spec::kMaxRanks));
   cmd.add_option("--vp", o.vp, "virtual stages per rank")->capture_default_str()
-      ->check(integer_in(1, harness::kMaxVirtualStages));
-  cmd.add_option("--schedule", o.schedule,
-                 "1f1b or interleaved1f1b (default: 1f1b for vp 1, else interleaved1f1b)");
-  cmd.add_option("--cache", o.cache, "block-stack transport: on (rank store, deltas) or off "
-                                     "(whole stack every hop)")
-      ->capture_default_str();
+      ->check(integer_in(1, spec::kMaxVirtualStages));
+  add_choice(cmd, o.schedule, spec::schedules(),
+             "pipeline schedule (default: 1f1b for vp 1, else interleaved1f1b)");
+  add_choice(cmd, o.cache, spec::caches(),
+             "block-stack transport: on (rank store, deltas) or off (whole stack every hop)");
   cmd.add_option("--split", o.split, "explicit split, e.g. 'emb,0|1-2|3-4|...|16|head'")
       ->check(non_empty_path());
-  cmd.add_option("--grad-accum", o.grad_accum,
-                 "micro-batch gradient accumulation: auto (bf16 in bf16 mode), bf16, fp32")
-      ->capture_default_str();
-  cmd.add_option("--attn-res", o.attn_res, "AttnRes read: fused (per-token loops; CPU), recompute or plain")
-      ->capture_default_str();
-  cmd.add_option("--kda", o.kda, "KDA form: fused, chunked or recurrent")->capture_default_str();
+  add_choice(cmd, o.grad_accum, spec::grad_accums(),
+             "micro-batch gradient accumulation (auto: bf16 in the bf16 modes)");
+  add_choice(cmd, o.attn_res, spec::attn_res_forms(), "AttnRes read (fused: per-token loops, CPU)");
+  add_choice(cmd, o.kda, spec::kda_forms(), "KDA form");
   cmd.add_option("--lr", o.lr, "peak learning rate")->capture_default_str()
-      ->check(real_in(0, harness::kMaxLr, /*lo_open=*/true));
+      ->check(real_in(0, spec::kMaxLr, /*lo_open=*/true));
   cmd.add_option("--warmup", o.warmup, "linear warmup steps")->capture_default_str()
-      ->check(integer_in(0, harness::kMaxSteps));
-  cmd.add_option("--lr-schedule", o.lr_schedule,
-                 "wsd (torchtitan's: warmup, stable, linear decay to 0 over the last 80% of the "
-                 "steps) or constant (warmup, then the peak)")
-      ->capture_default_str();
-  cmd.add_flag("--no-expert-balance", o.no_expert_balance,
-               "keep the MoE expert bias at zero (no quantile balancing)");
-  cmd.add_option("--pseudo-query-init", o.pseudo_query_init,
-                 "AttnRes pseudo-queries: trunc-normal (std 0.02, the PR era) or zero")
-      ->capture_default_str();
+      ->check(integer_in(0, spec::kMaxSteps));
+  add_choice(cmd, o.lr_schedule, spec::lr_schedules(),
+             "learning-rate schedule (wsd is torchtitan's: warmup, stable, linear decay to 0 over "
+             "the last 80% of the steps; constant: warmup, then the peak)");
+  cmd.add_flag_callback("--no-expert-balance", [&o] { o.expert_balance = false; },
+                        "keep the MoE expert bias at zero (no quantile balancing)");
+  add_choice(cmd, o.pseudo_query_init, spec::pseudo_query_inits(),
+             "AttnRes pseudo-queries (trunc-normal: std 0.02, the PR era)");
   cmd.add_option("--loss-chunks", o.loss_chunks,
                  "the head's loss in N chunks along each sequence (torchtitan's "
                  "ChunkedLossWrapper); 1: the plain loss")
-      ->capture_default_str()->check(integer_in(1, harness::kMaxSeqLen));
+      ->capture_default_str()->check(integer_in(1, spec::kMaxSeqLen));
   cmd.add_option("--max-norm", o.max_norm, "clipping threshold on the total norm")
-      ->capture_default_str()->check(real_in(0, 1e6, /*lo_open=*/true));
+      ->capture_default_str()->check(real_in(0, spec::kMaxMaxNorm, /*lo_open=*/true));
   cmd.add_flag("--reverse-microbatches", o.reverse_microbatches,
                "feed each step's micro-batches in reverse order");
   cmd.add_flag("--freeze-embedding", o.freeze_embedding,
@@ -87,12 +81,12 @@ void add_run_options(CLI::App& cmd, harness::RunOptions& o) {
                "deposits and collections; stored in the dump's steps (for `parity localise`)");
   cmd.add_option("--nproc", o.nproc,
                  "pipelined: run as N local processes (one per rank, N = dp x pp) over c10d")
-      ->check(integer_in(0, harness::kMaxRanks));
-  cmd.add_option("--backend", o.backend,
-                 "multi-process backend (gloo); with RANK, WORLD_SIZE, MASTER_ADDR and "
-                 "MASTER_PORT set, this process runs that one rank");
+      ->check(integer_in(0, spec::kMaxRanks));
+  add_choice(cmd, o.backend, spec::backends(),
+             "multi-process backend (default gloo); with RANK, WORLD_SIZE, MASTER_ADDR and "
+             "MASTER_PORT set, this process runs that one rank");
   cmd.add_option("--timeout-s", o.timeout_s, "multi-process: the longest any wait may take")
-      ->check(real_in(0, harness::kMaxTimeoutS, /*lo_open=*/true))
+      ->check(real_in(0, spec::kMaxTimeoutS, /*lo_open=*/true))
       ->capture_default_str();
   cmd.add_flag("--verbose", o.verbose,
                "multi-process: show what the c10d and Gloo libraries logged when a rendezvous "

@@ -1,112 +1,37 @@
 #include "cli/validators.h"
 
-#include <cerrno>
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <limits>
-
-#include "harness/limits.h"
+#include "spec/limits.h"
+#include "spec/numbers.h"
 
 namespace parity::cli {
 
-namespace {
-
-// The whole text as a decimal integer; false for anything else (a sign alone, spaces, hex,
-// a fraction, an exponent, overflow).
-bool parse_integer(const std::string& s, bool allow_sign, long long& v) {
-  if (s.empty()) return false;
-  const size_t digits_from = (allow_sign && (s[0] == '-' || s[0] == '+')) ? 1 : 0;
-  if (digits_from == s.size()) return false;
-  for (size_t i = digits_from; i < s.size(); ++i)
-    if (s[i] < '0' || s[i] > '9') return false;
-  errno = 0;
-  char* end = nullptr;
-  v = std::strtoll(s.c_str(), &end, 10);
-  return errno == 0 && end == s.c_str() + s.size();
-}
-
-std::string range_text(int64_t lo, int64_t hi) {
-  return "give an integer from " + std::to_string(lo) + " to " + std::to_string(hi);
-}
-
-std::string shown(const std::string& s) { return s.empty() ? "an empty value" : "'" + s + "'"; }
-
-std::string num(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", x);
-  return buf;
-}
-
-}  // namespace
+// Each check is the specification's (spec/numbers.h), so that a flag and the same field read
+// from a command line by spec::parse_args refuse a value in the same words.
 
 CLI::Validator integer_in(int64_t lo, int64_t hi) {
-  return CLI::Validator(
-      [lo, hi](std::string& s) -> std::string {
-        long long v = 0;
-        if (!parse_integer(s, true, v)) {
-          // Digits that do not fit are out of range, not "not a number".
-          bool all_digits = !s.empty();
-          for (size_t i = (s[0] == '-' || s[0] == '+') ? 1 : 0; i < s.size(); ++i)
-            all_digits = all_digits && s[i] >= '0' && s[i] <= '9';
-          if (all_digits && s.size() > 1)
-            return s + " is out of range; " + range_text(lo, hi);
-          return shown(s) + " is not an integer; " + range_text(lo, hi);
-        }
-        if (v < lo || v > hi) return s + " is out of range; " + range_text(lo, hi);
-        return {};
-      },
-      "INT in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]", "integer_in");
+  return CLI::Validator([lo, hi](std::string& s) { return spec::integer_problem(s, lo, hi); },
+                        "INT in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]",
+                        "integer_in");
 }
 
 CLI::Validator unsigned_integer() {
-  return CLI::Validator(
-      [](std::string& s) -> std::string {
-        bool digits = !s.empty();
-        for (char c : s) digits = digits && c >= '0' && c <= '9';
-        if (!digits)
-          return shown(s) + " is not an unsigned integer; give one from 0 to " +
-                 std::to_string(std::numeric_limits<uint64_t>::max());
-        errno = 0;
-        char* end = nullptr;
-        std::strtoull(s.c_str(), &end, 10);
-        if (errno != 0)
-          return s + " is out of range; give an integer from 0 to " +
-                 std::to_string(std::numeric_limits<uint64_t>::max());
-        return {};
-      },
-      "UINT", "unsigned_integer");
+  return CLI::Validator([](std::string& s) { return spec::unsigned_problem(s); }, "UINT",
+                        "unsigned_integer");
 }
 
 CLI::Validator real_in(double lo, double hi, bool lo_open) {
-  const std::string range = std::string("give a finite number ") + (lo_open ? "above " : "from ") +
-                            num(lo) + (lo_open ? " and up to " : " to ") +
-                            num(hi);
   return CLI::Validator(
-      [lo, hi, lo_open, range](std::string& s) -> std::string {
-        errno = 0;
-        char* end = nullptr;
-        const double v = s.empty() ? 0 : std::strtod(s.c_str(), &end);
-        if (s.empty() || end != s.c_str() + s.size() || std::isspace(static_cast<unsigned char>(s[0])))
-          return shown(s) + " is not a number; " + range;
-        if (!std::isfinite(v)) return s + " is not finite; " + range;
-        if ((lo_open ? v <= lo : v < lo) || v > hi) return s + " is out of range; " + range;
-        return {};
-      },
+      [lo, hi, lo_open](std::string& s) { return spec::real_problem(s, lo, hi, lo_open); },
       "NUMBER", "real_in");
 }
 
 CLI::Validator non_empty_path() {
-  return CLI::Validator(
-      [](std::string& s) -> std::string {
-        if (s.empty()) return "the path is empty (an unset shell variable?); give a file or directory";
-        return {};
-      },
-      "PATH", "non_empty_path");
+  return CLI::Validator([](std::string& s) { return spec::path_problem(s); }, "PATH",
+                        "non_empty_path");
 }
 
 CLI::Validator threads() {
-  return integer_in(1, harness::max_threads());
+  return integer_in(1, spec::max_threads());
 }
 
 }  // namespace parity::cli

@@ -25,7 +25,7 @@ CLI::Validator real_in(double lo, double hi, bool lo_open);
 // A non-empty path ("" is what an unset shell variable gives).
 CLI::Validator non_empty_path();
 
-// Intra-op or comparison threads: 1 to harness::max_threads() (4 x this machine's cores).
+// Intra-op or comparison threads: 1 to spec::max_threads() (4 x this machine's cores).
 CLI::Validator threads();
 
 }  // namespace parity::cli

@@ -1,4 +1,4 @@
-// `parity compare A B`: every tensor of two runs, side by side (DESIGN.md section 6), with the
+// `parity compare A B`: every tensor of two runs, side by side (docs/design.md section 6), with the
 // guards against vacuous agreement (all-zero gradients, a flat loss, both runs dead); with a
 // truth dump, each run's error against the fp64 truth in its own ulps; with a layout, every
 // differing gradient judged against the predicted set (compare/predicted.h).
@@ -9,12 +9,14 @@
 #include <stdexcept>
 #include <string>
 
+#include "spec/bad_input.h"
+
 namespace parity::compare {
 
 // Options of `parity compare` that cannot be used together: the CLI maps it to exit 2.
-class CompareError : public std::runtime_error {
+class CompareError : public spec::BadInput {
  public:
-  using std::runtime_error::runtime_error;
+  using spec::BadInput::BadInput;
 };
 
 struct CompareOptions {

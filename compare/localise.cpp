@@ -431,7 +431,9 @@ LocaliseReport localise(const dumps::Dump& a, const dumps::Dump& b,
     for (const auto& row : rows) {
       if (row.step != step) continue;
       const auto& d = row.diff;
-      TensorVerdict tv{step, d.name};
+      TensorVerdict tv;
+      tv.step = step;
+      tv.name = d.name;
       tv.wrong = d.wrong;
       tv.max_ulp = d.max_ulp;
       tv.nmse = d.nmse;

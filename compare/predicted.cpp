@@ -108,8 +108,7 @@ std::string Prediction::describe() const {
 
 Prediction predict(const Layout& l) {
   const int stages = l.pp * l.vp;
-  const auto split = l.split.empty() ? pipelined::default_split(l.layers, stages)
-                                     : pipelined::parse_split(l.split, l.layers, stages);
+  const auto split = pipelined::split_or_default(l.split, l.layers, stages);
   Prediction p;
   p.layers = l.layers;
   p.block = l.block;

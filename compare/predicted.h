@@ -1,4 +1,4 @@
-// The predicted set (DESIGN.md section 6): the parameters whose gradients the cached transport
+// The predicted set (docs/design.md section 6): the parameters whose gradients the cached transport
 // may change, written down from the routing tables before any dump is read.
 //
 // A block that some stage reads from its rank's store gets its gradient home as deposits, and
@@ -17,12 +17,14 @@
 
 #include "pipelined/split.h"
 
+#include "spec/bad_input.h"
+
 namespace parity::compare {
 
 // A --layout spec that cannot be used: the CLI maps it to exit 2.
-class LayoutError : public std::runtime_error {
+class LayoutError : public spec::BadInput {
  public:
-  using std::runtime_error::runtime_error;
+  using spec::BadInput::BadInput;
 };
 
 // "layers=17,block=4,pp=2,vp=2[,split=SPEC]" (split last: its own commas are part of it).

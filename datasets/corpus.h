@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "spec/bad_input.h"
+
 namespace parity::datasets {
 
 // Bad user input: a missing or unreadable file, a malformed line, too little data for
@@ -18,9 +20,9 @@ namespace parity::datasets {
 //   data.jsonl:17: malformed JSONL line (expected an object with a string field "text"): ...
 // Programming errors (bad indices, violated preconditions) are std::invalid_argument or
 // std::logic_error instead.
-class DataError : public std::runtime_error {
+class DataError : public spec::BadInput {
  public:
-  explicit DataError(const std::string& message) : std::runtime_error(message) {}
+  explicit DataError(const std::string& message) : spec::BadInput(message) {}
 };
 
 // Directory of the Debian package `fortunes` (apt-get install fortunes).

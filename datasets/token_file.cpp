@@ -11,6 +11,7 @@
 #include <string>
 
 #include "datasets/corpus.h"
+#include "spec/options.h"
 
 namespace parity::datasets {
 
@@ -224,18 +225,9 @@ std::vector<int32_t> read_npy_tokens(const std::string& path, int64_t vocab) {
 
 std::vector<int32_t> read_raw_tokens(const std::string& path, const std::string& raw_dtype,
                                      int64_t vocab) {
-  int width;
-  bool is_unsigned = false;
-  if (raw_dtype == "uint16") {
-    width = 2;
-    is_unsigned = true;
-  } else if (raw_dtype == "int32") {
-    width = 4;
-  } else if (raw_dtype == "int64") {
-    width = 8;
-  } else {
-    throw DataError("--tokens-dtype '" + raw_dtype + "': use uint16, int32 or int64");
-  }
+  const spec::TokenDtype dtype = spec::token_dtypes().parse(raw_dtype);
+  const int width = dtype == spec::TokenDtype::U16 ? 2 : dtype == spec::TokenDtype::I32 ? 4 : 8;
+  const bool is_unsigned = dtype == spec::TokenDtype::U16;
   const std::string bytes = slurp_file(path);
   if (bytes.size() % static_cast<size_t>(width) != 0)
     throw DataError("--tokens '" + path + "': " + std::to_string(bytes.size()) +

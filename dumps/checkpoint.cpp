@@ -1,21 +1,19 @@
 #include "dumps/checkpoint.h"
 
 #include <ATen/ATen.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <iostream>
 
 #include "dumps/h5.h"
 
 namespace parity::dumps {
 
 namespace {
-
-std::string shape_text(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
 
 std::string remedy(const std::string& flavor) {
   return "regenerate it with `parity init --flavor " + flavor + " --out FILE`";
@@ -40,7 +38,16 @@ void write_checkpoint(const std::string& path, const kernels::ModelConfig& cfg, 
   file.commit();
 }
 
+namespace {
+std::atomic<int64_t> g_reads{0};
+}  // namespace
+
+int64_t checkpoint_reads() { return g_reads.load(); }
+
 Checkpoint read_checkpoint(const std::string& path, const kernels::ModelConfig& cfg) {
+  ++g_reads;
+  if (const char* t = std::getenv("PARITY_TRACE"); t && std::string(t) == "checkpoint-reads")
+    std::cerr << "parity: trace: checkpoint read '" << path << "' (pid " << ::getpid() << ")\n";
   try {
     auto file = h5::File::open_read(path);
     const std::string fix = remedy(cfg.name);
@@ -73,8 +80,8 @@ Checkpoint read_checkpoint(const std::string& path, const kernels::ModelConfig& 
       auto a = h5::read(file, obj);
       if (a.dtype != h5::DType::F32 || a.shape != s.shape)
         throw CheckpointError("'" + path + "': parameter " + s.fqn + " is " +
-                              h5::dtype_name(a.dtype) + " " + shape_text(a.shape) +
-                              ", expected float32 " + shape_text(s.shape) + "; " + fix);
+                              h5::dtype_name(a.dtype) + " " + h5::shape_text(a.shape) +
+                              ", expected float32 " + h5::shape_text(s.shape) + "; " + fix);
       auto t = at::empty(s.shape, at::kFloat);
       std::memcpy(t.data_ptr(), a.bytes.data(), a.bytes.size());
       const float* v = t.data_ptr<float>();

@@ -13,13 +13,15 @@
 #include "kernels/config.h"
 #include "kernels/params.h"
 
+#include "spec/bad_input.h"
+
 namespace parity::dumps {
 
 // A checkpoint that cannot be used: unreadable, truncated, another schema or another model.
 // The message names the file and says how to regenerate it. The CLI maps it to exit 2.
-class CheckpointError : public std::runtime_error {
+class CheckpointError : public spec::BadInput {
  public:
-  using std::runtime_error::runtime_error;
+  using spec::BadInput::BadInput;
 };
 
 constexpr int64_t kCheckpointSchemaVersion = 1;
@@ -35,6 +37,11 @@ struct Checkpoint {
 };
 
 // Reads and validates against the model: every FQN present with its shape, nothing extra.
+//
+// Each call is counted (checkpoint_reads), and traced on stderr as
+//   parity: trace: checkpoint read 'PATH' (pid N)
+// when PARITY_TRACE=checkpoint-reads is set: a run reads its checkpoint once per process.
 Checkpoint read_checkpoint(const std::string& path, const kernels::ModelConfig& cfg);
+int64_t checkpoint_reads();
 
 }  // namespace parity::dumps

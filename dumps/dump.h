@@ -1,4 +1,4 @@
-// Run dumps (DESIGN.md section 6): what a run did, per step, in HDF5, for the comparison
+// Run dumps (docs/design.md section 6): what a run did, per step, in HDF5, for the comparison
 // engine and for anyone with h5py.
 //
 // Schema version 1, one file per run and rank (rank<R>.h5 in the dump directory):
@@ -35,14 +35,16 @@
 #include "dumps/h5.h"
 #include "kernels/observer.h"
 
+#include "spec/bad_input.h"
+
 namespace parity::dumps {
 
 constexpr int64_t kDumpSchemaVersion = 1;
 
 // A dump that cannot be used: the CLI maps it to exit 2.
-class DumpError : public std::runtime_error {
+class DumpError : public spec::BadInput {
  public:
-  using std::runtime_error::runtime_error;
+  using spec::BadInput::BadInput;
 };
 
 std::string step_group(int64_t step);  // "/step_000001"

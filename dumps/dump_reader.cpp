@@ -71,7 +71,12 @@ void read_file_into(const std::string& path, Dump& d, bool first) {
     }
     for (const auto& child : h5::list(f, "/")) {
       if (child.rfind("step_", 0) != 0) continue;
-      const int64_t step = std::stoll(child.substr(5));
+      int64_t step = 0;
+      try {
+        step = std::stoll(child.substr(5));
+      } catch (const std::logic_error&) {  // no number, or one out of range
+        throw DumpError("'" + path + "' has a malformed step group name; " + dump_remedy());
+      }
       auto& sd = d.steps[step];
       sd.step = step;
       const std::string g = "/" + child;
@@ -92,8 +97,6 @@ void read_file_into(const std::string& path, Dump& d, bool first) {
     }
   } catch (const h5::Error& e) {
     throw DumpError(std::string("cannot read dump: ") + e.what() + "; " + dump_remedy());
-  } catch (const std::invalid_argument&) {
-    throw DumpError("'" + path + "' has a malformed step group name; " + dump_remedy());
   }
 }
 

@@ -57,12 +57,14 @@
 #include <type_traits>
 #include <vector>
 
+#include "spec/bad_input.h"
+
 namespace parity::h5 {
 
 // ---------------------------------------------------------------------------------------------
 // Errors
 
-class Error : public std::runtime_error {
+class Error : public spec::BadInput {
  public:
   // `what` is the operation with its subject, e.g. "open 'ckpt.h5' for reading" or
   // "read dataset '/x' in 'ckpt.h5'"; `reason` the innermost cause; `hdf5` the outermost HDF5
@@ -92,6 +94,9 @@ enum class DType { F32, F64, BF16, I64, I32, U8, F16 };
 size_t dtype_size(DType t);        // bytes per element: 4, 8, 2, 8, 4, 1, 2
 // "float32", "float64", "bfloat16", "int64", "int32", "uint8", "float16"
 const char* dtype_name(DType t);
+
+// A shape as messages write it: "[2048, 256]"; "[]" for a scalar.
+std::string shape_text(const std::vector<int64_t>& shape);
 
 // ---------------------------------------------------------------------------------------------
 // Files

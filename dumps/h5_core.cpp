@@ -24,7 +24,7 @@ std::string compose_message(const std::string& what, const std::string& reason,
 
 Error::Error(std::string file, std::string object, std::string what, std::string reason,
              std::string hdf5, std::string remedy)
-    : std::runtime_error(compose_message(what, reason, hdf5, remedy)),
+    : spec::BadInput(compose_message(what, reason, hdf5, remedy)),
       file_(std::move(file)),
       object_(std::move(object)),
       what_(std::move(what)),
@@ -238,11 +238,16 @@ int64_t product(const std::vector<int64_t>& shape) {
   return n;
 }
 
-std::string shape_str(const std::vector<int64_t>& shape) {
+
+}  // namespace detail
+}  // namespace parity::h5
+
+namespace parity::h5 {
+
+std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
 }
 
-}  // namespace detail
 }  // namespace parity::h5

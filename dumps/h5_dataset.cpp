@@ -40,9 +40,9 @@ void write(File& file, const std::string& path, DType dtype, const std::vector<i
   require_writable(file, op);
   if (p.comps.empty()) op.fail("the root group cannot be a dataset");
   for (int64_t d : shape)
-    if (d < 0) op.fail("negative dimension in shape " + shape_str(shape));
+    if (d < 0) op.fail("negative dimension in shape " + shape_text(shape));
   const int64_t n = product(shape);
-  if (n > 0 && data == nullptr) op.fail("data is null for shape " + shape_str(shape));
+  if (n > 0 && data == nullptr) op.fail("data is null for shape " + shape_text(shape));
 
   ensure_parents(file, p, op);
   if (op(H5Lexists(file.id(), p.abs.c_str(), H5P_DEFAULT)) > 0) op.fail("object already exists");

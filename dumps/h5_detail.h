@@ -118,7 +118,6 @@ bool exists_impl(const File& f, const Path& p, const Op& op);
 // Creates the missing groups above p (all but the last component).
 void ensure_parents(File& f, const Path& p, const Op& op);
 int64_t product(const std::vector<int64_t>& shape);
-std::string shape_str(const std::vector<int64_t>& shape);
 
 // Datatypes (h5_types.cpp)
 Handle file_type(DType dt, const Op& op);    // the on-disk type (an owned copy)

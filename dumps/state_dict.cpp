@@ -7,16 +7,11 @@
 
 #include "dumps/checkpoint.h"
 #include "dumps/external.h"
+#include "dumps/h5.h"
 
 namespace parity::dumps {
 
 namespace {
-
-std::string shape_text(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
-  return out + "]";
-}
 
 // "a, b, c and 4 more".
 std::string first_few(const std::vector<std::string>& v, size_t n = 4) {
@@ -65,8 +60,8 @@ StateDictImport params_from_state_dict(const std::string& path, const kernels::M
     }
     const h5::Array& a = *it->second;
     if (a.shape != spec.shape) {
-      misshaped.push_back(spec.fqn + " " + shape_text(a.shape) + " (want " +
-                          shape_text(spec.shape) + ")");
+      misshaped.push_back(spec.fqn + " " + h5::shape_text(a.shape) + " (want " +
+                          h5::shape_text(spec.shape) + ")");
       continue;
     }
     if (a.dtype != h5::DType::BF16 && a.dtype != h5::DType::F16 && a.dtype != h5::DType::F32 &&

@@ -147,7 +147,7 @@ void print_breakdown(const BenchOptions& o, const StepTimes& times) {
   const auto gflops = step_gflops(cfg, times.tokens, o.run.seq_len);
   double total_gflop = 0;
   for (double v : gflops) total_gflop += v;
-  const auto dt = kernels::compute_dtype(kernels::parse_precision(o.run.dtype));
+  const auto dt = kernels::compute_dtype(o.run.dtype);
   auto gen = at::detail::createCPUGenerator(o.run.seed);
   const double peak32 = gemm_gflops(at::kFloat, 1024, 2, 5, gen),
                peak256 = gemm_gflops(dt, 256, 2, 5, gen),
@@ -168,8 +168,8 @@ void print_breakdown(const BenchOptions& o, const StepTimes& times) {
               total_gflop / total);
   std::printf("GEMM peak here (project(), %d thread(s), %s): fp32 n=1024 %.1f GFLOP/s",
               o.run.threads, kernels::vector_kernels_text().c_str(), peak32);
-  if (dt != at::kFloat) std::printf(", %s n=1024 %.1f GFLOP/s", o.run.dtype.c_str(), peak_dt);
-  std::printf(", %s n=256 %.1f GFLOP/s\n", o.run.dtype.c_str(), peak256);
+  if (dt != at::kFloat) std::printf(", %s n=1024 %.1f GFLOP/s", spec::to_string(o.run.dtype), peak_dt);
+  std::printf(", %s n=256 %.1f GFLOP/s\n", spec::to_string(o.run.dtype), peak256);
   std::printf("step: %.1f GFLOP at %.1f GFLOP/s = %.0f%% of the n=1024 peak (FLOPs counted "
               "from the shapes: 2 per weight per token, x3 for the backward, MLA and KDA "
               "cores, AdamW)\n", total_gflop, total_gflop / total,
@@ -188,8 +188,8 @@ void print_bench(const BenchOptions& o, bool pipe, const std::string& shape,
   std::printf("%-12s %-6s %-24s %12s %12s %12s", "flavor", "dtype", "trainer", "ms/step",
               "tokens/s", "peak RSS MiB");
   if (pipe) std::printf(" %14s %14s", "fwd B/mb", "bwd B/mb");
-  std::printf("\n%-12s %-6s %-24s %12.1f %12.1f %12.1f", o.run.flavor.c_str(),
-              o.run.dtype.c_str(), (pipe ? "pipelined " + shape : shape).c_str(), ms,
+  std::printf("\n%-12s %-6s %-24s %12.1f %12.1f %12.1f", spec::to_string(o.run.flavor),
+              spec::to_string(o.run.dtype), (pipe ? "pipelined " + shape : shape).c_str(), ms,
               times.tokens / (ms / 1e3), peak_rss_mib());
   if (pipe && !stats.bytes_forward_per_mb.empty())
     std::printf(" %14lld %14lld", static_cast<long long>(stats.bytes_forward_per_mb[0]),
@@ -209,15 +209,15 @@ int bench_trainer(BenchOptions o) {
   std::string shape = "reference";
   if (pipe)
     shape = "pp" + std::to_string(o.run.pp) + "xvp" + std::to_string(o.run.vp) + " cache " +
-            o.run.cache;
+            spec::to_string(o.run.cache);
   std::fprintf(stderr, "bench %s: %s %s, %d x %d x %lld tokens, %d warm-up + %d measured "
-               "steps, %d thread(s), %s\n", shape.c_str(), o.run.flavor.c_str(),
-               o.run.dtype.c_str(), o.run.microbatches, o.run.rows,
+               "steps, %d thread(s), %s\n", shape.c_str(), spec::to_string(o.run.flavor),
+               spec::to_string(o.run.dtype), o.run.microbatches, o.run.rows,
                static_cast<long long>(o.run.seq_len), o.warmup_steps, o.measured_steps,
                o.run.threads, kernels::vector_kernels_text().c_str());
   if (pipe && o.run.nproc > 0)
     shape += ", " + std::to_string(o.run.nproc) + " processes (" +
-             (o.run.backend.empty() ? std::string("gloo") : o.run.backend) + ")";
+             std::string(spec::to_string(o.run.backend_or_default())) + ")";
   StepTimes times;
   std::unique_ptr<kernels::FamilyClock> clock;
   if (o.breakdown) {
@@ -225,7 +225,8 @@ int bench_trainer(BenchOptions o) {
     times.clock = clock.get();
   }
   // Printed by the process that ran rank 0 (a worker under --nproc).
-  run_trainer(pipe ? "pipelined" : "reference", o.run, times,
+  o.run.trainer = pipe ? spec::Trainer::Pipelined : spec::Trainer::Reference;
+  run_trainer(o.run, times,
               [&](const pipelined::PipelineStats& stats) {
                 print_bench(o, pipe, shape, times, stats);
                 if (clock) print_breakdown(o, times);
@@ -239,21 +240,24 @@ int bench_ratio(BenchOptions o) {
                      "--nproc");
   o.run.steps = o.warmup_steps + o.measured_steps;
   const std::string shape = "pp" + std::to_string(o.run.pp) + "xvp" + std::to_string(o.run.vp) +
-                            " cache " + o.run.cache;
+                            " cache " + spec::to_string(o.run.cache);
   std::fprintf(stderr, "bench ratio: %s / reference, %s %s, %d round(s) of %d warm-up + %d "
-               "measured steps each, %d thread(s), %s\n", shape.c_str(), o.run.flavor.c_str(),
-               o.run.dtype.c_str(), o.rounds, o.warmup_steps, o.measured_steps, o.run.threads,
+               "measured steps each, %d thread(s), %s\n", shape.c_str(), spec::to_string(o.run.flavor),
+               spec::to_string(o.run.dtype), o.rounds, o.warmup_steps, o.measured_steps, o.run.threads,
                kernels::vector_kernels_text().c_str());
   // The reference reads the pipeline's shape only for the per-rank norm; it runs no schedule.
   RunOptions reference = o.run;
-  reference.schedule.clear();
-  if (reference.clip_order != "per-rank") {
+  reference.trainer = spec::Trainer::Reference;
+  reference.schedule.reset();
+  if (reference.clip_order != spec::ClipOrder::PerRank) {
     reference.pp = reference.vp = 1;
     reference.split.clear();
   }
-  auto median_ms = [&](const std::string& trainer) {
+  RunOptions pipelined = o.run;
+  pipelined.trainer = spec::Trainer::Pipelined;
+  auto median_ms = [&](const RunOptions& run) {
     StepTimes times;
-    run_trainer(trainer, trainer == "reference" ? reference : o.run, times,
+    run_trainer(run, times,
                 [](const pipelined::PipelineStats&) {});
     return measured_ms(o, times);
   };
@@ -261,10 +265,10 @@ int bench_ratio(BenchOptions o) {
               "reference ms", "pipelined ms", "ratio");
   std::vector<double> ratios;
   for (int r = 1; r <= o.rounds; ++r) {
-    const double ref = median_ms("reference"), pipe = median_ms("pipelined");
+    const double ref = median_ms(reference), pipe = median_ms(pipelined);
     ratios.push_back(pipe / ref);
-    std::printf("%-12s %-6s %-24s %6d %14.1f %14.1f %8.3f\n", o.run.flavor.c_str(),
-                o.run.dtype.c_str(), shape.c_str(), r, ref, pipe, pipe / ref);
+    std::printf("%-12s %-6s %-24s %6d %14.1f %14.1f %8.3f\n", spec::to_string(o.run.flavor),
+                spec::to_string(o.run.dtype), shape.c_str(), r, ref, pipe, pipe / ref);
     std::fflush(stdout);
   }
   std::printf("ratio (median of %d rounds): %.3f\n", o.rounds, median(ratios));
@@ -301,7 +305,7 @@ int bench_compare(const BenchOptions& o) {
 
 int bench_kda(const BenchOptions& o) {
   auto cfg = kernels::flavor(o.run.flavor);
-  auto precision = kernels::parse_precision(o.run.dtype);
+  auto precision = o.run.dtype;
   const auto dt = kernels::compute_dtype(precision);
   kernels::pin_threads(o.run.threads);
   auto all = kernels::init_params(cfg, o.run.seed);
@@ -340,8 +344,8 @@ int bench_kda(const BenchOptions& o) {
           .sum()
           .backward();
     });
-    std::printf("%-12s %-6s %-10s %6lld %14.2f %14.2f\n", cfg.name.c_str(), o.run.dtype.c_str(),
-                kernels::kda_impl_name(impl), static_cast<long long>(T), layer, core_ms);
+    std::printf("%-12s %-6s %-10s %6lld %14.2f %14.2f\n", cfg.name.c_str(), spec::to_string(o.run.dtype),
+                spec::to_string(impl), static_cast<long long>(T), layer, core_ms);
     std::fflush(stdout);
   }
   return 0;
@@ -351,14 +355,14 @@ int bench_kda(const BenchOptions& o) {
 // two normal n x n matrices (the product every linear layer runs), the median of the
 // measured products after the warm-up ones.
 int bench_gemm(const BenchOptions& o) {
-  const auto dt = kernels::compute_dtype(kernels::parse_precision(o.run.dtype));
+  const auto dt = kernels::compute_dtype(o.run.dtype);
   kernels::pin_threads(o.run.threads);
   auto gen = at::detail::createCPUGenerator(o.run.seed);
   std::fprintf(stderr, "bench gemm: %s\n", kernels::vector_kernels_text().c_str());
   std::printf("%-6s %8s %6s %12s %10s\n", "dtype", "threads", "n", "ms/product", "GFLOP/s");
   for (int64_t n : {256, 512, 1024, 2048}) {
     const double gflops = gemm_gflops(dt, n, o.warmup_steps, o.measured_steps, gen);
-    std::printf("%-6s %8d %6lld %12.3f %10.2f\n", o.run.dtype.c_str(), o.run.threads,
+    std::printf("%-6s %8d %6lld %12.3f %10.2f\n", spec::to_string(o.run.dtype), o.run.threads,
                 static_cast<long long>(n), 2.0 * double(n) * n * n / gflops / 1e6, gflops);
     std::fflush(stdout);
   }

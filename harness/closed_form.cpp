@@ -94,7 +94,9 @@ class Checker {
   void check(const std::string& what, const std::vector<double>& got,
              const std::vector<Dyadic>& expected, int bits) {
     ++r_.tensors_checked;
-    ClosedFormMismatch mm{what, static_cast<int64_t>(expected.size())};
+    ClosedFormMismatch mm;
+    mm.what = what;
+    mm.numel = static_cast<int64_t>(expected.size());
     if (got.size() != expected.size()) {
       mm.n_wrong = mm.numel;
       mm.got = std::to_string(got.size()) + " values";
@@ -235,16 +237,11 @@ ClosedFormReport run_closed_form(const ClosedFormOptions& o,
 int closed_form_command(const ClosedFormJob& c) {
   ClosedFormOptions o;
   const bool shaped = c.run.pp != 1 || c.run.vp != 1 || !c.run.split.empty();
-  if (c.trainer == "auto")
-    o.pipelined = shaped;
-  else if (c.trainer == "pipelined" || c.trainer == "reference")
-    o.pipelined = c.trainer == "pipelined";
-  else
-    throw UsageError("unknown --trainer '" + c.trainer + "'; use reference or pipelined");
+  o.pipelined = c.trainer ? *c.trainer == spec::Trainer::Pipelined : shaped;
   if (!o.pipelined && (shaped || !c.run.inject.empty()))
     throw UsageError("--pp, --vp, --split and --inject need --trainer pipelined");
   o.pipeline = pipeline_config(c.run);
-  o.precision = kernels::parse_precision(c.run.dtype);
+  o.precision = c.run.dtype;
   o.wide = c.wide;
   if (o.pipelined) {
     const auto model = kernels::flavor(o.wide ? "exact-wide" : "exact");
@@ -252,7 +249,7 @@ int closed_form_command(const ClosedFormJob& c) {
     check_faults(model, o.pipeline, kMicrobatches);
   }
   o.steps = c.run.steps;
-  o.device = c.run.device;
+  o.device = spec::to_string(c.run.device);
   o.threads = c.run.threads;
 
   auto r = run_closed_form(o, [](const std::string& line) { std::cout << line << "\n"; });

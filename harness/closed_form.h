@@ -1,5 +1,5 @@
 // `parity closed-form`: the exact flavor through a real trainer, checked against its closed
-// form (compare/exact_math.h) value for value (DESIGN.md section 3, contract 3).
+// form (compare/exact_math.h) value for value (docs/design.md section 3, contract 3).
 //
 // The run: 16 layers in blocks of 4, 4 micro-batches of one row of 2 tokens (N = 8), SGD at
 // lr 4, clipping off, `steps` steps and a forward-only pass on the next step's batch between
@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,7 +63,7 @@ ClosedFormReport run_closed_form(const ClosedFormOptions& o,
 // value is exact, 1 otherwise; throws UsageError for a bad combination.
 struct ClosedFormJob {
   RunOptions run;
-  std::string trainer = "auto";
+  std::optional<spec::Trainer> trainer;  // none: pipelined when a pipeline shape is given
   bool wide = false;
 };
 int closed_form_command(const ClosedFormJob& job);

@@ -3,11 +3,13 @@
 
 #include <stdexcept>
 
+#include "spec/bad_input.h"
+
 namespace parity::harness {
 
-class UsageError : public std::runtime_error {
+class UsageError : public spec::BadInput {
  public:
-  using std::runtime_error::runtime_error;
+  using spec::BadInput::BadInput;
 };
 
 }  // namespace parity::harness

@@ -24,7 +24,7 @@
 #include "dumps/dump.h"
 #include "dumps/temp_files.h"
 #include "harness/errors.h"
-#include "harness/limits.h"
+#include "spec/limits.h"
 #include "harness/observers.h"
 #include "harness/signals.h"
 
@@ -71,8 +71,6 @@ int free_port() {
   ::close(fd);
   return ntohs(a.sin_port);
 }
-
-std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
 // What the c10d and Gloo libraries write to stderr while this object lives goes to an
 // unlinked temporary file instead (their retries and warnings are not the user's error); the
@@ -161,7 +159,7 @@ std::unique_ptr<pipelined::Comm> rendezvous(const pipelined::CommOptions& co, bo
     } catch (const kernels::ConfigError&) {
       throw;  // this build's backends, a port in use: already one line with its remedy
     } catch (const std::exception& e) {
-      failure = first_line(e.what());
+      failure = spec::first_line(e.what());
       // make_comm's own errors name the rank and the rendezvous already: keep their reason.
       const auto said = failure.find(" failed: ");
       if (failure.rfind("rank ", 0) == 0 && said != std::string::npos)
@@ -180,19 +178,19 @@ std::unique_ptr<pipelined::Comm> rendezvous(const pipelined::CommOptions& co, bo
 }  // namespace
 
 bool rank_from_environment(const RunOptions& o) {
-  return !o.backend.empty() && (env("RANK") || env("WORLD_SIZE"));
+  return o.backend && (env("RANK") || env("WORLD_SIZE"));
 }
 
 pipelined::CommOptions comm_from_environment(const RunOptions& o) {
   const std::string remedy = "a launcher such as torchrun sets RANK, WORLD_SIZE, MASTER_ADDR "
                              "and MASTER_PORT; or use --nproc N";
   if (!env("RANK") || !env("WORLD_SIZE"))
-    throw UsageError(std::string("--backend ") + o.backend + " with " +
+    throw UsageError(std::string("--backend ") + spec::to_string(o.backend_or_default()) + " with " +
                      (env("RANK") ? "RANK but no WORLD_SIZE" : "WORLD_SIZE but no RANK") +
                      " in the environment; set both (" + remedy + ")");
   pipelined::CommOptions co;
-  co.backend = o.backend;
-  co.world = env_int("WORLD_SIZE", 1, static_cast<int>(kMaxRanks * kMaxRanks), remedy);
+  co.backend = spec::to_string(o.backend_or_default());
+  co.world = env_int("WORLD_SIZE", 1, static_cast<int>(spec::kMaxRanks * spec::kMaxRanks), remedy);
   co.rank = env_int("RANK", 0, co.world - 1, "RANK counts from 0 to WORLD_SIZE - 1");
   co.local_rank = env("LOCAL_RANK") ? env_int("LOCAL_RANK", 0, co.world - 1, remedy) : 0;
   co.master_addr = env("MASTER_ADDR") ? env("MASTER_ADDR") : "127.0.0.1";
@@ -210,18 +208,11 @@ pipelined::CommOptions comm_from_environment(const RunOptions& o) {
   return co;
 }
 
-void run_rank(const RunOptions& o, const pipelined::CommOptions& co, kernels::StepObserver& obs,
-              const RunReport& report, std::shared_ptr<const datasets::TokenRows> rows) {
-  if (co.world != o.dp * o.pp)
-    throw UsageError("WORLD_SIZE " + std::to_string(co.world) + " is not dp x pp = " +
-                     std::to_string(o.dp) + " x " + std::to_string(o.pp) + "; start " +
-                     std::to_string(o.dp * o.pp) + " processes (or --nproc " +
-                     std::to_string(o.dp * o.pp) + ")");
-  auto cfg = train_config(o);
+void run_rank(const RunOptions& o, const pipelined::CommOptions& co, const PreparedRun& run,
+              kernels::StepObserver& obs, const RunReport& report) {
+  auto cfg = run.cfg;
   if (cfg.device == "cuda") cfg.device = "cuda:" + std::to_string(co.local_rank);  // a GPU each
-  auto pc = pipeline_config(o);
-  if (!rows) rows = load_rows(o);
-  auto init = initial_params(o, cfg.model);
+  auto pc = run.pc;
   auto comm = rendezvous(co, o.verbose);
   pc.comm = comm.get();
   // Every rank's dump file names rank 0's run (each process alone would make its own id).
@@ -238,7 +229,7 @@ void run_rank(const RunOptions& o, const pipelined::CommOptions& co, kernels::St
     const auto cpu = bytes.to(at::kCPU).contiguous();
     run_id = reinterpret_cast<const char*>(cpu.data_ptr<uint8_t>());
   }
-  pipelined::PipelinedTrainer t(cfg, pc, init, *rows);
+  pipelined::PipelinedTrainer t(cfg, pc, run.init, *run.rows);
   // The ranks of dp replica 0 each keep their own parameters' file (after a step every rank
   // holds the same summed gradients, so one replica's ranks cover every FQN once).
   std::unique_ptr<kernels::StepObserver> own;
@@ -259,13 +250,10 @@ void run_rank(const RunOptions& o, const pipelined::CommOptions& co, kernels::St
   if (co.rank == 0 && report) report(t.last_stats());
 }
 
-void launch_local(const RunOptions& o, kernels::StepObserver& obs, const RunReport& report,
-                  std::shared_ptr<const datasets::TokenRows> rows) {
-  if (o.nproc != o.dp * o.pp)
-    throw UsageError("--nproc " + std::to_string(o.nproc) + " is not dp x pp = " +
-                     std::to_string(o.dp) + " x " + std::to_string(o.pp));
+void launch_local(const RunOptions& o, const PreparedRun& run, kernels::StepObserver& obs,
+                  const RunReport& report) {
   pipelined::CommOptions co;
-  co.backend = o.backend.empty() ? "gloo" : o.backend;
+  co.backend = spec::to_string(o.backend_or_default());
   co.world = o.nproc;
   co.master_port = free_port();
   co.timeout_s = o.timeout_s;
@@ -286,13 +274,13 @@ void launch_local(const RunOptions& o, kernels::StepObserver& obs, const RunRepo
       try {
         co.rank = r;
         co.local_rank = r;
-        run_rank(o, co, obs, report, rows);
+        run_rank(o, co, run, obs, report);
       } catch (const std::exception& e) {
         if (r == 0) obs.on_abort();  // the dump keeps the steps it has, marked incomplete
-        const std::string what = first_line(e.what());  // CommErrors already name the rank
+        const std::string what = spec::first_line(e.what());  // CommErrors already name the rank
         std::cerr << "parity: " << (what.rfind("rank ", 0) == 0 ? "" : "rank " + std::to_string(r) + ": ")
                   << what << "\n";
-        code = dynamic_cast<const UsageError*>(&e) ? 2 : 1;
+        code = dynamic_cast<const spec::BadInput*>(&e) ? spec::kBadInputExit : 1;
       }
       std::fflush(nullptr);
       ::_exit(code);

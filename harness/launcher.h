@@ -8,6 +8,7 @@
 #include "datasets/rows.h"
 #include "harness/run.h"
 #include "harness/run_options.h"
+#include "harness/validate.h"
 #include "kernels/observer.h"
 #include "pipelined/comm.h"
 
@@ -23,20 +24,20 @@ bool rank_from_environment(const RunOptions& o);
 // outside the world) or a MASTER_ADDR that does not resolve.
 pipelined::CommOptions comm_from_environment(const RunOptions& o);
 
-// One rank of a multi-process pipelined run; rank 0 reports to the observer. `rows` are the
-// token rows the launcher loaded (null: loaded here). The rendezvous ends within
-// --timeout-s whatever the peer is (one line and exit 2 otherwise), and what the c10d and
-// Gloo libraries log meanwhile is kept from the user unless --verbose. Throws UsageError when
-// the world is not dp x pp or the rendezvous fails.
-void run_rank(const RunOptions& o, const pipelined::CommOptions& co, kernels::StepObserver& obs,
-              const RunReport& report, std::shared_ptr<const datasets::TokenRows> rows = nullptr);
+// One rank of a multi-process pipelined run on what validate_run prepared (the launcher's, for
+// a forked worker); rank 0 reports to the observer. The rendezvous ends within --timeout-s
+// whatever the peer is (one line and exit 2 otherwise), and what the c10d and Gloo libraries
+// log meanwhile is kept from the user unless --verbose. Throws UsageError when the rendezvous
+// fails.
+void run_rank(const RunOptions& o, const pipelined::CommOptions& co, const PreparedRun& run,
+              kernels::StepObserver& obs, const RunReport& report);
 
 // --nproc N: N workers on 127.0.0.1; the run succeeds or fails together. Each worker dies with
 // the launcher (harness/signals.h: a stop of the launcher stops them, and PR_SET_PDEATHSIG
 // covers a SIGKILL). After the first failure the others have --timeout-s to notice (each exits
 // with its own one-line error) and 10 s more; then they are told to stop, and killed 5 s
 // later. Throws when any worker failed, naming it.
-void launch_local(const RunOptions& o, kernels::StepObserver& obs, const RunReport& report,
-                  std::shared_ptr<const datasets::TokenRows> rows = nullptr);
+void launch_local(const RunOptions& o, const PreparedRun& run, kernels::StepObserver& obs,
+                  const RunReport& report);
 
 }  // namespace parity::harness

@@ -6,8 +6,7 @@
 namespace parity::harness {
 
 nlohmann::json layout_json(int layers, int block, int pp, int vp, const std::string& split_spec) {
-  const auto split = split_spec.empty() ? pipelined::default_split(layers, pp * vp)
-                                        : pipelined::parse_split(split_spec, layers, pp * vp);
+  const auto split = pipelined::split_or_default(split_spec, layers, pp * vp);
   const auto t = pipelined::make_routing_tables(layers, block, split, pp);
   nlohmann::json stages = nlohmann::json::array();
   for (const auto& r : t.stages) {

@@ -9,24 +9,23 @@
 
 namespace parity::harness {
 
-void run_trainer(const std::string& trainer, const RunOptions& o, kernels::StepObserver& obs,
-                 const RunReport& report, std::shared_ptr<const datasets::TokenRows> rows) {
-  if (!rows) rows = validate_run(trainer, o);
-  auto cfg = train_config(o);
-  if (trainer == "reference") {
-    auto init = initial_params(o, cfg.model);
-    reference::ReferenceTrainer(cfg, init, *rows).run(obs);
+void run_prepared(const RunOptions& o, const PreparedRun& run, kernels::StepObserver& obs,
+                  const RunReport& report) {
+  if (!o.pipelined()) {
+    reference::ReferenceTrainer(run.cfg, run.init, *run.rows).run(obs);
     if (report) report({});
     return;
   }
-  if (o.nproc > 0) return launch_local(o, obs, report, rows);
-  if (rank_from_environment(o)) return run_rank(o, comm_from_environment(o), obs, report, rows);
-  auto pc = pipeline_config(o);
-  auto init = initial_params(o, cfg.model);
-  pipelined::PipelinedTrainer t(cfg, pc, init, *rows);
+  if (o.nproc > 0) return launch_local(o, run, obs, report);
+  if (rank_from_environment(o)) return run_rank(o, comm_from_environment(o), run, obs, report);
+  pipelined::PipelinedTrainer t(run.cfg, run.pc, run.init, *run.rows);
   t.run(obs);
-  warn_unfired_faults(pc.faults, t.fault_hits());
+  warn_unfired_faults(run.pc.faults, t.fault_hits());
   if (report) report(t.last_stats());
+}
+
+void run_trainer(const RunOptions& o, kernels::StepObserver& obs, const RunReport& report) {
+  run_prepared(o, validate_run(o), obs, report);
 }
 
 void warn_unfired_faults(const std::vector<pipelined::Fault>& faults,

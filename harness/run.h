@@ -11,6 +11,7 @@
 
 #include "datasets/rows.h"
 #include "harness/run_options.h"
+#include "harness/validate.h"
 #include "kernels/observer.h"
 #include "pipelined/faults.h"
 #include "pipelined/trainer.h"
@@ -21,12 +22,13 @@ namespace parity::harness {
 // rank 0 (with --nproc, a worker: the observer and the report live there).
 using RunReport = std::function<void(const pipelined::PipelineStats&)>;
 
-// Runs the chosen trainer ("reference" or "pipelined") with the observer. `rows` are the
-// token rows validate_run (harness/validate.h) returned; null: the options are validated and
-// the rows loaded here. Throws UsageError for a bad combination of options.
-void run_trainer(const std::string& trainer, const RunOptions& o, kernels::StepObserver& obs,
-                 const RunReport& report = {},
-                 std::shared_ptr<const datasets::TokenRows> rows = nullptr);
+// Runs the trainer o.trainer names with the observer, on what validate_run prepared for `o`
+// (harness/validate.h): nothing is built or read again.
+void run_prepared(const RunOptions& o, const PreparedRun& run, kernels::StepObserver& obs,
+                  const RunReport& report = {});
+
+// validate_run, then run_prepared. Throws UsageError for a bad combination of options.
+void run_trainer(const RunOptions& o, kernels::StepObserver& obs, const RunReport& report = {});
 
 // One stderr warning per injected fault that never fired (nothing to break where it pointed).
 void warn_unfired_faults(const std::vector<pipelined::Fault>& faults,

@@ -19,25 +19,14 @@
 #include "dumps/checkpoint.h"
 #include "dumps/temp_files.h"
 #include "harness/errors.h"
+#include "spec/options.h"
 
 namespace parity::harness {
 
 kernels::ModelOptions model_options(const RunOptions& o) {
   kernels::ModelOptions m;
-  bool known = false;
-  for (auto impl : {kernels::AttnResImpl::Fused, kernels::AttnResImpl::Recompute,
-                    kernels::AttnResImpl::Plain})
-    if (o.attn_res == kernels::attn_res_impl_name(impl)) {
-      m.attn_res = impl;
-      known = true;
-    }
-  if (!known)
-    throw UsageError("unknown --attn-res '" + o.attn_res + "'; use fused, recompute or plain");
-  try {
-    m.kda = kernels::parse_kda_impl(o.kda);
-  } catch (const std::invalid_argument&) {
-    throw UsageError("unknown --kda '" + o.kda + "'; use fused, chunked or recurrent");
-  }
+  m.attn_res = o.attn_res;
+  m.kda = o.kda;
   m.loss_chunks = o.loss_chunks;
   return m;
 }
@@ -104,7 +93,7 @@ std::string tokenize(const std::string& data_path) {
 std::unique_ptr<datasets::TokenRows> load_rows(const RunOptions& o) {
   if (!o.tokens_path.empty() && !o.data_path.empty())
     throw UsageError("--tokens and --data both name the text; give one");
-  if (!o.tokens_dtype.empty() && o.tokens_path.empty())
+  if (o.tokens_dtype && o.tokens_path.empty())
     throw UsageError("--tokens-dtype describes a raw --tokens file; give --tokens FILE too");
   if (!o.tokens_path.empty() && !std::filesystem::is_regular_file(o.tokens_path))
     throw UsageError("--tokens '" + o.tokens_path + "' is not a file; make one with "
@@ -114,11 +103,11 @@ std::unique_ptr<datasets::TokenRows> load_rows(const RunOptions& o) {
   datasets::TokenFile file;
   if (o.tokens_path.empty()) {
     file = datasets::read_token_file(tokenize(o.data_path));
-  } else if (!o.tokens_dtype.empty()) {
+  } else if (o.tokens_dtype) {
     if (datasets::is_npy_file(o.tokens_path))
       throw UsageError("--tokens '" + o.tokens_path + "' is a .npy array, which names its own "
                        "element type; drop --tokens-dtype (it is for raw arrays)");
-    file.ids = datasets::read_raw_tokens(o.tokens_path, o.tokens_dtype, cfg.vocab);
+    file.ids = datasets::read_raw_tokens(o.tokens_path, spec::to_string(*o.tokens_dtype), cfg.vocab);
   } else if (datasets::is_npy_file(o.tokens_path)) {
     file.ids = datasets::read_npy_tokens(o.tokens_path, cfg.vocab);
   } else if (!datasets::try_read_token_file(o.tokens_path, file)) {
@@ -135,13 +124,9 @@ std::unique_ptr<datasets::TokenRows> load_rows(const RunOptions& o) {
   return std::make_unique<datasets::TokenRows>(std::move(file.ids), o.seq_len, shape);
 }
 
-kernels::InitOptions init_options(const std::string& pseudo_query_init) {
+kernels::InitOptions init_options(spec::PseudoQueryInit pseudo_query_init) {
   kernels::InitOptions io;
-  if (pseudo_query_init == "zero")
-    io.zero_pseudo_queries = true;
-  else if (pseudo_query_init != "trunc-normal")
-    throw UsageError("unknown --pseudo-query-init '" + pseudo_query_init +
-                     "'; use trunc-normal (the PR era's draw) or zero");
+  io.zero_pseudo_queries = pseudo_query_init == spec::PseudoQueryInit::Zero;
   return io;
 }
 
@@ -161,23 +146,21 @@ kernels::TrainConfig train_config(const RunOptions& o) {
   kernels::TrainConfig c;
   c.model = kernels::flavor(o.flavor);
   if (c.model.shape_only)
-    throw UsageError("flavor '" + o.flavor + "' is shape-only (no weights); train debugmodel or "
+    throw UsageError("flavor '" + c.model.name + "' is shape-only (no weights); train debugmodel or "
                      "tiny");
   c.model_options = model_options(o);
-  c.precision = kernels::parse_precision(o.dtype);
-  c.grad_accum = kernels::parse_grad_accum(o.grad_accum);
+  c.precision = o.dtype;
+  c.grad_accum = o.grad_accum;
   c.steps = o.steps;
   c.dp = o.dp;
   c.microbatches = o.microbatches;
   c.rows = o.rows;
   c.seed = o.seed;
   c.threads = o.threads;
-  if (o.device != "cpu" && o.device != "cuda")
-    throw UsageError("unknown --device '" + o.device + "'; use cpu or cuda");
-  if (o.device == "cuda" && !torch::cuda::is_available())
+  if (o.device == spec::Device::Cuda && !torch::cuda::is_available())
     throw UsageError("--device cuda: this build or machine has no CUDA device; use --device cpu");
-  c.device = o.device;
-  c.clip_order = kernels::parse_clip_order(o.clip_order);
+  c.device = spec::to_string(o.device);
+  c.clip_order = o.clip_order;
   c.max_norm = o.max_norm;
   if (c.clip_order == kernels::ClipOrder::PerRank)  // the map of the --pp/--vp/--split layout
     c.param_rank = pipelined::param_ranks(c.model, pipelined::make_split(c.model, pipeline_config(o)),
@@ -188,14 +171,9 @@ kernels::TrainConfig train_config(const RunOptions& o) {
   c.ledger_steps = o.ledger_steps;
   c.adamw.lr = o.lr;
   c.adamw.warmup_steps = o.warmup;
-  try {
-    c.adamw.schedule = kernels::parse_lr_schedule(o.lr_schedule);
-  } catch (const kernels::ConfigError&) {
-    throw UsageError("unknown --lr-schedule '" + o.lr_schedule +
-                     "'; use wsd (torchtitan's warmup, stable, linear decay) or constant");
-  }
+  c.adamw.schedule = o.lr_schedule;
   c.adamw.total_steps = o.steps;
-  c.expert_balance = !o.no_expert_balance;
+  c.expert_balance = o.expert_balance;
   if (c.model.kind != kernels::ModelKind::Exact && o.seq_len % o.loss_chunks != 0)
     throw UsageError("--loss-chunks " + std::to_string(o.loss_chunks) +
                      " does not divide --seq-len " + std::to_string(o.seq_len) +
@@ -208,11 +186,8 @@ pipelined::PipelineConfig pipeline_config(const RunOptions& o) {
   pipelined::PipelineConfig pc;
   pc.pp = o.pp;
   pc.vp = o.vp;
-  pc.schedule = pipelined::parse_schedule_kind(
-      o.schedule.empty() ? (o.vp == 1 ? "1f1b" : "interleaved1f1b") : o.schedule);
-  if (o.cache != "on" && o.cache != "off")
-    throw UsageError("unknown --cache '" + o.cache + "'; use on or off");
-  pc.cache = o.cache == "on";
+  pc.schedule = o.schedule_or_default();
+  pc.cache = o.cache == spec::Cache::On;
   pc.split = o.split;
   for (const auto& spec : o.inject) {
     try {

@@ -19,10 +19,9 @@ namespace parity::harness {
 namespace {
 
 // Every check of the job, before any output is opened: the run's own (validate_run), the dump
-// steps against the steps, the output paths. Returns the token rows and the old dump files the
-// run replaces (--overwrite).
-std::shared_ptr<const datasets::TokenRows> check_job(const TrainJob& o,
-                                                     std::vector<std::string>& replaced) {
+// steps against the steps, the output paths. Returns the prepared run and the old dump files
+// the run replaces (--overwrite).
+PreparedRun check_job(const TrainJob& o, std::vector<std::string>& replaced) {
   for (int64_t s : o.dump_steps)
     if (s > o.run.steps)
       throw UsageError("--dump-steps " + std::to_string(s) + " is past the last step (--steps " +
@@ -32,7 +31,7 @@ std::shared_ptr<const datasets::TokenRows> check_job(const TrainJob& o,
     throw UsageError("--overwrite replaces the files of a --dump directory; give --dump DIR");
   if (o.run.ledger && o.dump_dir.empty())
     throw UsageError("--ledger is stored in the dump: give --dump DIR (and --dump-steps)");
-  auto rows = validate_run(o.trainer, o.run);
+  auto prepared = validate_run(o.run);
   if (!o.metrics.empty()) check_output_file("--metrics", o.metrics);
   if (!o.summary.empty()) check_output_file("--summary", o.summary);
   if (!o.dump_dir.empty()) {
@@ -42,14 +41,14 @@ std::shared_ptr<const datasets::TokenRows> check_job(const TrainJob& o,
     const int own = alone ? comm_from_environment(o.run).rank : -1;
     replaced = check_dump_dir(o.dump_dir, o.overwrite, own);
   }
-  return rows;
+  return prepared;
 }
 
 }  // namespace
 
 void run_train(const TrainJob& o) {
   std::vector<std::string> replaced;
-  const auto rows = check_job(o, replaced);
+  const auto prepared = check_job(o, replaced);
   for (const auto& f : replaced) std::filesystem::remove(f);
   // The dump directory is made here, before any worker starts, so that a stop removes it
   // again when the run made it and wrote nothing into it yet (dumps/temp_files.h).
@@ -97,12 +96,12 @@ void run_train(const TrainJob& o) {
   RunReport report;
   if (summary)
     report = [&summary, &o](const pipelined::PipelineStats& st) {
-      const bool pipe = o.trainer == "pipelined";
+      const bool pipe = o.run.pipelined();
       summary->write(st.bytes_forward, st.bytes_backward, pipe ? &st.bytes_forward_per_mb : nullptr,
                      pipe ? &st.bytes_backward_per_mb : nullptr);
     };
   try {
-    run_trainer(o.trainer, run, observers, report, rows);
+    run_prepared(run, prepared, observers, report);
     if (!made_dir.empty()) dumps::unregister_temp_dir(made_dir);
   } catch (...) {
     // What the failed run leaves, so that nobody takes it for a finished one.

@@ -13,7 +13,6 @@ namespace parity::harness {
 
 struct TrainJob {
   RunOptions run;
-  std::string trainer = "reference";  // or "pipelined"
   std::string metrics;                // JSONL per step; "" = none
   std::string summary;                // JSON once the run is over; "" = none
   std::string dump_dir;               // rank<R>.h5 files; "" = none

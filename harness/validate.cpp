@@ -29,31 +29,26 @@ std::string layout_hint(const kernels::ModelConfig& m, const pipelined::Pipeline
 }
 
 // The combinations of options a trainer refuses.
-void check_combinations(const std::string& trainer, const RunOptions& o) {
-  if (trainer != "reference" && trainer != "pipelined")
-    throw UsageError("unknown --trainer '" + trainer + "'; use reference or pipelined");
-  const bool pipe = trainer == "pipelined";
+void check_combinations(const RunOptions& o) {
+  const bool pipe = o.pipelined();
   if (!pipe) {
     if (!o.inject.empty()) throw UsageError("--inject needs --trainer pipelined");
-    if (o.nproc > 0 || !o.backend.empty())
+    if (o.nproc > 0 || o.backend)
       throw UsageError("--nproc and --backend need --trainer pipelined (the reference is one "
                        "process; its --dp replicas run in it)");
-    if (!o.schedule.empty())
+    if (o.schedule)
       throw UsageError("--schedule needs --trainer pipelined (the reference runs no schedule)");
     // The reference reads the pipeline shape only for the per-rank norm's rank map.
-    if ((o.pp != 1 || o.vp != 1 || !o.split.empty()) && o.clip_order != "per-rank")
+    if ((o.pp != 1 || o.vp != 1 || !o.split.empty()) && o.clip_order != spec::ClipOrder::PerRank)
       throw UsageError("--pp, --vp and --split shape a pipeline: give --trainer pipelined, or "
                        "--clip-order per-rank for the reference's per-rank norm");
   }
-  if (o.nproc > 0 && o.nproc != o.dp * o.pp)
-    throw UsageError("--nproc " + std::to_string(o.nproc) + " is not dp x pp = " +
-                     std::to_string(o.dp) + " x " + std::to_string(o.pp) + "; give --nproc " +
-                     std::to_string(o.dp * o.pp));
-  const bool multi = o.nproc > 0 || !o.backend.empty();
+  if (o.nproc > 0) check_world(o, "--nproc", o.nproc);
+  const bool multi = o.nproc > 0 || o.backend;
   if (multi && o.ledger)
     throw UsageError("--ledger runs in-process only: drop --nproc/--backend, or drop --ledger");
-  if (pipe && !o.backend.empty() && o.nproc == 0 && !rank_from_environment(o))
-    throw UsageError("--backend " + o.backend + " needs --nproc N, or RANK and WORLD_SIZE in the "
+  if (pipe && o.backend && o.nproc == 0 && !rank_from_environment(o))
+    throw UsageError("--backend " + std::string(spec::to_string(*o.backend)) + " needs --nproc N, or RANK and WORLD_SIZE in the "
                      "environment (as torchrun sets them)");
 }
 
@@ -108,27 +103,33 @@ void check_faults(const kernels::ModelConfig& m, const pipelined::PipelineConfig
   }
 }
 
-std::unique_ptr<datasets::TokenRows> validate_run(const std::string& trainer, const RunOptions& o) {
-  check_combinations(trainer, o);
-  const auto cfg = train_config(o);  // flavor, dtype, device, clip order, the per-rank map
-  init_options(o.pseudo_query_init);
-  if (trainer == "pipelined") {
-    const auto pc = pipeline_config(o);
-    pipelined::make_split(cfg.model, pc);  // refuses a bad split naming its first bad stage
-    check_faults(cfg.model, pc, o.microbatches);
-    if (o.nproc > 0) pipelined::make_comm_check(o.backend.empty() ? "gloo" : o.backend);
+void check_world(const RunOptions& o, const std::string& given, int world) {
+  if (world == o.dp * o.pp) return;
+  const std::string want = std::to_string(o.dp * o.pp);
+  throw UsageError(given + " " + std::to_string(world) + " is not dp x pp = " +
+                   std::to_string(o.dp) + " x " + std::to_string(o.pp) + "; " +
+                   (given == "--nproc" ? "give --nproc " + want
+                                       : "start " + want + " processes (or --nproc " + want + ")"));
+}
+
+PreparedRun validate_run(const RunOptions& o) {
+  check_combinations(o);
+  PreparedRun run;
+  run.cfg = train_config(o);  // flavor, dtype, device, clip order, the per-rank map
+  if (o.pipelined()) {
+    run.pc = pipeline_config(o);
+    pipelined::make_split(run.cfg.model, run.pc);  // refuses a bad split naming its first bad stage
+    check_faults(run.cfg.model, run.pc, o.microbatches);
+    if (o.nproc > 0) pipelined::make_comm_check(spec::to_string(o.backend_or_default()));
     if (o.nproc == 0 && rank_from_environment(o)) {
       const auto co = comm_from_environment(o);
       pipelined::make_comm_check(co.backend);
-      if (co.world != o.dp * o.pp)
-        throw UsageError("WORLD_SIZE " + std::to_string(co.world) + " is not dp x pp = " +
-                         std::to_string(o.dp) + " x " + std::to_string(o.pp) + "; start " +
-                         std::to_string(o.dp * o.pp) + " processes (or --nproc " +
-                         std::to_string(o.dp * o.pp) + ")");
+      check_world(o, "WORLD_SIZE", co.world);
     }
   }
-  if (!o.init_path.empty()) initial_params(o, cfg.model);  // there, of this flavor, finite
-  return load_rows(o);
+  run.init = initial_params(o, run.cfg.model);  // there, of this flavor, finite
+  run.rows = load_rows(o);
+  return run;
 }
 
 void check_output_file(const std::string& flag, const std::string& path) {

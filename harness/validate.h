@@ -15,14 +15,29 @@
 
 #include "datasets/rows.h"
 #include "harness/run_options.h"
+#include "kernels/params.h"
+#include "kernels/train_step.h"
 #include "kernels/config.h"
 #include "pipelined/trainer.h"
 
 namespace parity::harness {
 
-// Everything a run of `trainer` ("reference" or "pipelined") with `o` needs before it starts.
-// Returns the token rows it loaded (and checked to hold one step), for the run to use.
-std::unique_ptr<datasets::TokenRows> validate_run(const std::string& trainer, const RunOptions& o);
+// A run that passed validation, with everything it was checked against: the trainers, each
+// rank of a multi-process run (a fork of this process) and the matrix cells consume it and
+// build or read nothing again. The checkpoint (--init) is read once per process, here.
+struct PreparedRun {
+  kernels::TrainConfig cfg;
+  pipelined::PipelineConfig pc;  // the pipelined trainer's (the reference ignores it)
+  std::shared_ptr<const datasets::TokenRows> rows;  // checked to hold one step
+  kernels::NamedTensors init;    // the initial parameters: the checkpoint's, or a fresh draw
+};
+
+// Everything a run of `o` (o.trainer) needs before it starts, checked and built once.
+PreparedRun validate_run(const RunOptions& o);
+
+// The world-size rule of a multi-process run: `world` processes must be dp x pp. `given` names
+// where the count came from ("--nproc" or "WORLD_SIZE").
+void check_world(const RunOptions& o, const std::string& given, int world);
 
 // Injected faults against the routing tables of the run's split: the stage and block exist,
 // the micro-batch is one of the step's, and the stage has what the fault breaks (a deposit of

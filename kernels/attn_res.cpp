@@ -171,15 +171,6 @@ at::Tensor attn_res_fused(const at::Tensor& stack, const at::Tensor& partial,
   return AttnResFusedFunction::apply(stack, partial, proj, norm, eps);
 }
 
-const char* attn_res_impl_name(AttnResImpl impl) {
-  switch (impl) {
-    case AttnResImpl::Plain: return "plain";
-    case AttnResImpl::Recompute: return "recompute";
-    case AttnResImpl::Fused: return "fused";
-  }
-  return "?";
-}
-
 at::Tensor attn_res(const at::Tensor& stack, const at::Tensor& partial, const at::Tensor& proj,
                     const at::Tensor& norm, double eps, AttnResImpl impl) {
   if (impl == AttnResImpl::Plain) return attn_res_plain(stack, partial, proj, norm, eps);

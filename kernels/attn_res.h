@@ -1,4 +1,4 @@
-// The Block AttnRes read (DESIGN.md section 4).
+// The Block AttnRes read (docs/design.md section 4).
 //
 //   V   = cat(stack, partial) in acc                      [B, T, N+1, D]
 //   K   = V * rsqrt(mean(V^2, -1) + eps)                  per-entry RMS-normalised keys
@@ -23,12 +23,11 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "spec/options.h"
+
 namespace parity::kernels {
 
-enum class AttnResImpl { Plain, Recompute, Fused };
-
-// "plain", "recompute", "fused".
-const char* attn_res_impl_name(AttnResImpl impl);
+using spec::AttnResImpl;  // named by spec::attn_res_forms()
 
 at::Tensor attn_res(const at::Tensor& stack_BTND, const at::Tensor& partial_BTD,
                     const at::Tensor& proj_D, const at::Tensor& norm_D, double eps,

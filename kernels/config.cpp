@@ -1,5 +1,7 @@
 #include "kernels/config.h"
 
+#include "spec/options.h"
+
 namespace parity::kernels {
 
 MixerKind ModelConfig::mixer(int layer) const {
@@ -12,15 +14,13 @@ FfnKind ModelConfig::ffn(int layer) const { return layer == 0 ? FfnKind::Dense :
 const char* to_string(MixerKind k) { return k == MixerKind::KDA ? "KDA" : "MLA"; }
 const char* to_string(FfnKind k) { return k == FfnKind::Dense ? "dense" : "MoE"; }
 
-std::vector<std::string> flavor_names() {
-  return {"debugmodel", "tiny", "k3shape", "exact", "exact-wide"};
-}
+ModelConfig flavor(const std::string& name) { return flavor(spec::flavors().parse(name)); }
 
-ModelConfig flavor(const std::string& name) {
+ModelConfig flavor(spec::Flavor f) {
   ModelConfig c;  // the defaults are debugmodel's
-  c.name = name;
-  if (name == "debugmodel") return c;
-  if (name == "tiny") {
+  c.name = spec::to_string(f);
+  if (f == spec::Flavor::Debugmodel) return c;
+  if (f == spec::Flavor::Tiny) {
     // debugmodel's 17-layer pattern and blocks at a width a CPU test runs in milliseconds.
     c.dim = 32;
     c.n_heads = 2;
@@ -39,13 +39,13 @@ ModelConfig flavor(const std::string& name) {
     c.latent_dim = 16;
     return c;
   }
-  if (name == "k3shape") {
+  if (f == spec::Flavor::K3shape) {
     c.n_layers = 93;
     c.layers_per_block = 12;
     c.shape_only = true;
     return c;
   }
-  if (name == "exact" || name == "exact-wide") {
+  if (f == spec::Flavor::Exact || f == spec::Flavor::ExactWide) {
     // 16 layers in blocks of 4 over a 2-channel stream; see kernels/exact.h.
     c.kind = ModelKind::Exact;
     c.n_layers = 16;
@@ -53,12 +53,10 @@ ModelConfig flavor(const std::string& name) {
     c.dim = 2;
     c.n_heads = 1;
     c.vocab = 8;
-    if (name == "exact-wide") c.exact_offset = int64_t{1} << 25;
+    if (f == spec::Flavor::ExactWide) c.exact_offset = int64_t{1} << 25;
     return c;
   }
-  std::string known;
-  for (const auto& n : flavor_names()) known += (known.empty() ? "" : ", ") + n;
-  throw ConfigError("unknown flavor '" + name + "'; known flavors: " + known);
+  throw ConfigError("flavor '" + c.name + "' has no configuration");  // a table entry added alone
 }
 
 }  // namespace parity::kernels

@@ -1,4 +1,4 @@
-// Model configuration and the named flavors (DESIGN.md section 4).
+// Model configuration and the named flavors (docs/design.md section 4).
 //
 // A flavor is a plain struct: widths, the layer pattern and the block size. Everything
 // else (parameter shapes, FQNs, which layers open a block) is a pure function of it.
@@ -9,13 +9,16 @@
 #include <string>
 #include <vector>
 
+#include "spec/bad_input.h"
+#include "spec/options.h"
+
 namespace parity::kernels {
 
 // Bad configuration from the user (unknown flavor, impossible width). The CLI maps it to
 // exit code 2.
-class ConfigError : public std::invalid_argument {
+class ConfigError : public spec::BadInput {
  public:
-  using std::invalid_argument::invalid_argument;
+  using spec::BadInput::BadInput;
 };
 
 enum class MixerKind { KDA, MLA };
@@ -88,9 +91,9 @@ struct ModelConfig {
 // parity models the text model only.
 constexpr int64_t kDebugmodelVisionParams = 3297792;
 
-// Flavors: "debugmodel", "tiny", "k3shape", "exact", "exact-wide". Throws ConfigError naming the known ones.
+// The flavor spec::flavors() names; an unknown name throws spec::BadInput listing the known ones.
 ModelConfig flavor(const std::string& name);
-std::vector<std::string> flavor_names();
+ModelConfig flavor(spec::Flavor f);
 
 const char* to_string(MixerKind);
 const char* to_string(FfnKind);

@@ -165,6 +165,11 @@ struct Avx512 {
       _mm512_store_ps(out + 16, _mm512_loadu_ps(src + 16));
     }
   }
+  // GCC 12's AVX-512 headers pass a self-initialised "undefined" vector as the unused
+  // pass-through operand of the unpack and shuffle intrinsics, and -Wuninitialized reports
+  // it once inlined here; no lane of it is ever read (the mask keeps every lane).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
   // The low and high 64-bit halves of each 128-bit lane of a and b, interleaved.
   __attribute__((target("avx512f"), always_inline)) static inline __m512 pairs_lo(__m512 a,
                                                                                   __m512 b) {
@@ -210,6 +215,7 @@ struct Avx512 {
       _mm512_mask_storeu_ps(out + (m + 12) * ostride, mask, _mm512_shuffle_f32x4(w, y, 0xdd));
     }
   }
+#pragma GCC diagnostic pop
   __attribute__((target("avx512f"))) static void tile(int64_t kc, const float* a,
                                                       const float* b, float* c, int64_t ldc,
                                                       bool more) {

@@ -184,21 +184,6 @@ at::Tensor kda_form(KdaImpl impl, const at::Tensor& q, const at::Tensor& k, cons
   return kda_chunked(q, k, v, g, beta, chunk);
 }
 
-const char* kda_impl_name(KdaImpl impl) {
-  switch (impl) {
-    case KdaImpl::Fused: return "fused";
-    case KdaImpl::Chunked: return "chunked";
-    case KdaImpl::Recurrent: return "recurrent";
-  }
-  return "?";
-}
-
-KdaImpl parse_kda_impl(const std::string& name) {
-  for (auto impl : {KdaImpl::Fused, KdaImpl::Chunked, KdaImpl::Recurrent})
-    if (name == kda_impl_name(impl)) return impl;
-  throw std::invalid_argument("unknown KDA form '" + name + "'; use fused, chunked or recurrent");
-}
-
 at::Tensor causal_depthwise_conv(const at::Tensor& x, const at::Tensor& w) {
   const int64_t T = x.size(1), J = w.size(1);
   auto xp = at::constant_pad_nd(x, {0, 0, J - 1, 0});                // [B,T+J-1,C]

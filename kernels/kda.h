@@ -1,5 +1,5 @@
-// Kimi Delta Attention: the gated delta rule with a per-key-channel decay (DESIGN.md
-// section 4).
+// Kimi Delta Attention: the gated delta rule with a per-key-channel decay
+// (docs/design.md section 4).
 //
 // Per head, with state S [K, V] starting at zero:
 //   S_t = diag(exp g_t) S_{t-1}
@@ -13,6 +13,8 @@
 #include <ATen/core/Tensor.h>
 
 #include <string>
+
+#include "spec/options.h"
 
 namespace parity::kernels {
 
@@ -43,7 +45,7 @@ at::Tensor kda_chunked(const at::Tensor& q, const at::Tensor& k, const at::Tenso
 at::Tensor kda_fused(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                      const at::Tensor& g, const at::Tensor& beta, int64_t chunk);
 
-enum class KdaImpl { Recurrent, Chunked, Fused };
+using spec::KdaImpl;  // named by spec::kda_forms()
 
 // The fused form's checkpoint interval in kda_form: half the states that 16 (the chunked
 // form's chunk) would keep, at the same speed (the recompute of 32 states still fits in L2).
@@ -54,9 +56,6 @@ constexpr int64_t kFusedCheckpoint = 32;
 at::Tensor kda_form(KdaImpl impl, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                     const at::Tensor& g, const at::Tensor& beta, int64_t chunk);
 
-// "fused", "chunked", "recurrent"; parse_kda_impl throws std::invalid_argument for others.
-const char* kda_impl_name(KdaImpl impl);
-KdaImpl parse_kda_impl(const std::string& name);
 
 struct KdaDims {
   int64_t n_heads, head_dim, conv;

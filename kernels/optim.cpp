@@ -14,14 +14,6 @@
 
 namespace parity::kernels {
 
-LrSchedule parse_lr_schedule(const std::string& s) {
-  if (s == "wsd") return LrSchedule::WSD;
-  if (s == "constant") return LrSchedule::Constant;
-  throw ConfigError("unknown --lr-schedule '" + s + "'; use wsd or constant");
-}
-
-const char* to_string(LrSchedule s) { return s == LrSchedule::WSD ? "wsd" : "constant"; }
-
 double learning_rate(const AdamWConfig& c, int64_t step) {
   if (c.schedule == LrSchedule::Constant) {
     if (c.warmup_steps <= 0) return c.lr;
@@ -120,14 +112,6 @@ void Optimizer::step(std::vector<at::Tensor>& params, const std::vector<at::Tens
   for (size_t i = 0; i < params.size(); ++i)
     if (i >= frozen.size() || !frozen[i]) params[i].sub_(grads[i], sgd_lr_);
 }
-
-ClipOrder parse_clip_order(const std::string& s) {
-  if (s == "single") return ClipOrder::Single;
-  if (s == "per-rank") return ClipOrder::PerRank;
-  throw ConfigError("unknown clip order '" + s + "'; use single or per-rank");
-}
-
-const char* to_string(ClipOrder o) { return o == ClipOrder::Single ? "single" : "per-rank"; }
 
 namespace {
 at::Tensor norm_of_norms(const std::vector<at::Tensor>& grads, const std::vector<size_t>& idx) {

@@ -1,10 +1,12 @@
-// Optimizer, learning-rate schedule and gradient clipping (DESIGN.md section 3).
+// Optimizer, learning-rate schedule and gradient clipping (docs/design.md section 3).
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <string>
 #include <vector>
+
+#include "spec/options.h"
 
 namespace parity::kernels {
 
@@ -15,9 +17,7 @@ namespace parity::kernels {
 //             the factor of c = s - 1: (c + 1) / warmup while c < warmup, 1 while
 //             c < warmup + stable, then 1 - (c + 1 - warmup - stable) / decay.
 //   constant: lr * min(1, s / warmup) (parity's schedule before it took torchtitan's).
-enum class LrSchedule { WSD, Constant };
-LrSchedule parse_lr_schedule(const std::string& s);  // "wsd" | "constant"
-const char* to_string(LrSchedule s);
+using spec::LrSchedule;  // named by spec::lr_schedules()
 
 struct AdamWConfig {
   double lr = 8e-4;
@@ -83,9 +83,7 @@ class Optimizer {
 //             (the single-device clip_grad_norm_ order).
 //   per-rank: each rank's norm over its own parameters (FQN order) as above, then
 //             sqrt(sum over ranks in rank order of norm_r^2) (what torch's pipeline does).
-enum class ClipOrder { Single, PerRank };
-ClipOrder parse_clip_order(const std::string& s);  // "single" | "per-rank"
-const char* to_string(ClipOrder o);
+using spec::ClipOrder;  // named by spec::clip_orders()
 
 // The total norm in acc (fp32; fp64 in fp64 mode): each parameter's norm accumulated and
 // returned in acc, then the norm of those norms. For bf16 gradients this is the seed's "total

@@ -4,24 +4,6 @@
 
 namespace parity::kernels {
 
-Precision parse_precision(const std::string& s) {
-  if (s == "fp32") return Precision::FP32;
-  if (s == "bf16") return Precision::BF16;
-  if (s == "bf16-master") return Precision::BF16Master;
-  if (s == "fp64") return Precision::FP64;
-  throw ConfigError("unknown dtype '" + s + "'; use fp32, bf16, bf16-master or fp64");
-}
-
-const char* to_string(Precision p) {
-  switch (p) {
-    case Precision::FP32: return "fp32";
-    case Precision::BF16: return "bf16";
-    case Precision::BF16Master: return "bf16-master";
-    case Precision::FP64: return "fp64";
-  }
-  return "?";
-}
-
 at::ScalarType compute_dtype(Precision p) {
   switch (p) {
     case Precision::FP32: return at::kFloat;

@@ -1,4 +1,4 @@
-// Precision modes (DESIGN.md section 3).
+// Precision modes (docs/design.md section 3).
 //
 //   fp32:        master parameters fp32, compute fp32.
 //   bf16:        torchtitan's training.dtype = "bfloat16": parameters, gradients and AdamW
@@ -15,13 +15,13 @@
 
 #include <string>
 
+#include "spec/options.h"
+
 namespace parity::kernels {
 
-enum class Precision { FP32, BF16, BF16Master, FP64 };
-
-// "fp32" | "bf16" | "bf16-master" | "fp64"; throws ConfigError otherwise.
-Precision parse_precision(const std::string& s);
-const char* to_string(Precision p);
+// The modes and their names: spec/options.h (spec::precisions() parses and prints them).
+using spec::Precision;
+using spec::to_string;
 
 at::ScalarType compute_dtype(Precision p);  // the stream dtype
 at::ScalarType master_dtype(Precision p);   // the parameters' own dtype

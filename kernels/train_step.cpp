@@ -10,13 +10,6 @@
 
 namespace parity::kernels {
 
-GradAccum parse_grad_accum(const std::string& s) {
-  if (s == "auto") return GradAccum::Auto;
-  if (s == "bf16") return GradAccum::BF16;
-  if (s == "fp32") return GradAccum::FP32;
-  throw ConfigError("unknown --grad-accum '" + s + "'; use auto, bf16 or fp32");
-}
-
 std::string effective_grad_accum(const TrainConfig& c) {
   if (!is_bf16(c.precision)) return "fp32";  // the two modes coincide
   return c.grad_accum == GradAccum::FP32 ? "fp32" : "bf16";
@@ -30,8 +23,8 @@ RunInfo make_run_info(const TrainConfig& cfg, const std::string& trainer, int64_
   info.precision = to_string(cfg.precision);
   info.grad_accum = effective_grad_accum(cfg);
   info.clip_order = to_string(cfg.clip_order);
-  info.attn_res_impl = attn_res_impl_name(cfg.model_options.attn_res);
-  info.kda_impl = kda_impl_name(cfg.model_options.kda);
+  info.attn_res_impl = to_string(cfg.model_options.attn_res);
+  info.kda_impl = to_string(cfg.model_options.kda);
   info.device = cfg.device;
   info.seed = cfg.seed;
   info.threads = cfg.threads;

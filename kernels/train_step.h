@@ -1,5 +1,5 @@
 // What both trainers share around the model: the training configuration of the numerics
-// contract (DESIGN.md section 3), compute copies, gradient accumulation and the end of a step
+// contract (docs/design.md section 3), compute copies, gradient accumulation and the end of a step
 // (loss reduction, total norm, clipping, the optimizer, the step record). Sharing it is what makes a
 // difference between the trainers the pipeline's doing and nothing else.
 #pragma once
@@ -20,15 +20,14 @@
 
 namespace parity::kernels {
 
-// Gradient accumulation over the micro-batches (DESIGN.md section 3).
+// Gradient accumulation over the micro-batches (docs/design.md section 3).
 //   bf16 (Auto in both bf16 modes): in the compute dtype over the micro-batches, converted to
 //        the parameters' dtype once, after the last (what a stage does when the gradient sync
 //        waits for the last micro-batch; the seed's NOSYNC reference).
 //   fp32: each micro-batch's gradients added into an fp32 buffer (fp64 in fp64 mode) right
 //        after its backward, converted to the parameters' dtype after the last (a sync on
 //        every micro-batch: the seed's stock accumulation).
-enum class GradAccum { Auto, BF16, FP32 };
-GradAccum parse_grad_accum(const std::string& s);  // "auto" | "bf16" | "fp32"
+using spec::GradAccum;  // named by spec::grad_accums()
 
 struct TrainConfig {
   ModelConfig model;

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "kernels/config.h"
+#include "spec/bad_input.h"
 
 #if defined(PARITY_HAVE_GLOO) || defined(PARITY_HAVE_NCCL)
 #include <arpa/inet.h>
@@ -39,8 +40,6 @@ std::vector<std::string> comm_backends() {
 
 #ifdef PARITY_HAVE_C10D
 namespace {
-
-std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
 std::chrono::milliseconds millis(double s) {
   return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
@@ -86,7 +85,7 @@ c10::intrusive_ptr<c10d::Store> make_store(const CommOptions& o) {
     return c10::make_intrusive<c10d::TCPStore>(o.master_addr, so);
   } catch (const std::exception& e) {
     throw CommError("rank " + std::to_string(o.rank) + ": rendezvous at " + o.master_addr + ":" +
-                    std::to_string(o.master_port) + " failed: " + first_line(e.what()));
+                    std::to_string(o.master_port) + " failed: " + spec::first_line(e.what()));
   }
 }
 
@@ -170,7 +169,7 @@ class C10dComm : public Comm {
       return f();
     } catch (const std::exception& e) {
       throw CommError("rank " + std::to_string(rank_) + ": " + what + " failed: " +
-                      first_line(e.what()));
+                      spec::first_line(e.what()));
     }
   }
 
@@ -180,7 +179,7 @@ class C10dComm : public Comm {
     } catch (const std::exception& e) {
       throw CommError("rank " + std::to_string(rank_) + ": " + what + " failed (timeout " +
                       std::to_string(static_cast<int>(timeout_s_)) + " s): " +
-                      first_line(e.what()));
+                      spec::first_line(e.what()));
     }
   }
 

@@ -37,11 +37,6 @@ namespace {
 using Row = std::vector<std::optional<Action>>;
 using Grid = std::vector<Row>;
 
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 Row interleaved_row(int pp, int vp, int M, int rank) {
   const int rounds = std::max(1, M / pp);
   const int mpr = M / rounds;
@@ -275,20 +270,6 @@ std::string interleaved_alternatives(int pp, int M) {
 
 }  // namespace
 
-ScheduleKind parse_schedule_kind(const std::string& name) {
-  const std::string n = lower(name);
-  if (n == "1f1b") return ScheduleKind::OneFOneB;
-  if (n == "interleaved1f1b") return ScheduleKind::Interleaved1F1B;
-  throw ScheduleError("unknown schedule \"" + name + "\"; valid schedules: 1f1b, interleaved1f1b");
-}
-
-const char* to_string(ScheduleKind kind) {
-  switch (kind) {
-    case ScheduleKind::OneFOneB: return "1f1b";
-    case ScheduleKind::Interleaved1F1B: return "interleaved1f1b";
-  }
-  return "?";
-}
 
 std::string Action::str() const {
   return std::to_string(stage) + (forward ? "F" : "B") + std::to_string(microbatch);

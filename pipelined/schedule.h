@@ -2,7 +2,7 @@
 // the same per-rank order as torch.distributed.pipelining, printed as a step x rank grid and
 // dry-run for deadlocks before any tensor moves. Plain C++17, no torch.
 //
-// Vocabulary (DESIGN.md section 5):
+// Vocabulary (docs/design.md section 5):
 //   pp            pipeline ranks
 //   vp            stages per rank (virtual pipeline size)
 //   num_stages    pp * vp; stage s lives on rank s % pp (the "loop" stage->rank map)
@@ -18,14 +18,16 @@
 #include <string>
 #include <vector>
 
+#include "spec/options.h"
+
 namespace parity::pipelined {
 
 // A schedule that cannot be built or an order that cannot be simulated: bad parameters, an
 // unknown schedule name, an action on the wrong rank. The message names the parameter and the
 // remedy.
-class ScheduleError : public std::invalid_argument {
+class ScheduleError : public spec::BadInput {
  public:
-  using std::invalid_argument::invalid_argument;
+  using spec::BadInput::BadInput;
 };
 
 // A dry run that stops making progress. what() holds the step x rank grid with "<-- stuck" at
@@ -35,11 +37,9 @@ class DeadlockError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-enum class ScheduleKind { OneFOneB, Interleaved1F1B };
-
-// "1f1b" | "interleaved1f1b" (case-insensitive); anything else throws ScheduleError listing both.
-ScheduleKind parse_schedule_kind(const std::string& name);
-const char* to_string(ScheduleKind kind);  // "1f1b" / "interleaved1f1b"
+// Named by spec::schedules() ("1f1b", "interleaved1f1b", case-insensitive).
+using spec::ScheduleKind;
+using spec::to_string;
 
 // One compute action: the forward (F) or full backward (B) of one micro-batch on one stage.
 struct Action {

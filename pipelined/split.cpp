@@ -191,4 +191,9 @@ Split parse_split(const std::string& spec, int n_layers, int num_stages) {
   return Split(n_layers, std::move(stages));
 }
 
+Split split_or_default(const std::string& spec, int n_layers, int num_stages) {
+  return spec.empty() ? default_split(n_layers, num_stages)
+                      : parse_split(spec, n_layers, num_stages);
+}
+
 }  // namespace parity::pipelined

@@ -1,4 +1,4 @@
-// Splitting the model's units over pipeline stages (DESIGN.md section 5).
+// Splitting the model's units over pipeline stages (docs/design.md section 5).
 //
 // Units: the embedding, each layer, the head (output aggregation + final norm + LM head),
 // coded as -1, 0..L-1 and L. A split lists, per stage, its units in order; every unit appears
@@ -9,11 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "spec/bad_input.h"
+
 namespace parity::pipelined {
 
-class SplitError : public std::invalid_argument {
+class SplitError : public spec::BadInput {
  public:
-  using std::invalid_argument::invalid_argument;
+  using spec::BadInput::BadInput;
 };
 
 constexpr int kEmbUnit = -1;
@@ -53,5 +55,8 @@ Split default_split(int n_layers, int num_stages);
 // join the first and the last stage); a stage holding only the head is written `head`.
 // num_stages > 0 also checks the stage count. Errors name the first bad stage.
 Split parse_split(const std::string& spec, int n_layers, int num_stages = 0);
+
+// The split a run uses: `spec` parsed when given, torchtitan's even split when empty.
+Split split_or_default(const std::string& spec, int n_layers, int num_stages);
 
 }  // namespace parity::pipelined

@@ -9,9 +9,7 @@
 namespace parity::pipelined {
 
 Split make_split(const kernels::ModelConfig& m, const PipelineConfig& pc) {
-  const int stages = pc.pp * pc.vp;
-  return pc.split.empty() ? default_split(m.n_layers, stages)
-                          : parse_split(pc.split, m.n_layers, stages);
+  return split_or_default(pc.split, m.n_layers, pc.pp * pc.vp);
 }
 
 std::vector<int> param_ranks(const kernels::ModelConfig& m, const Split& split, int pp) {

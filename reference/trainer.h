@@ -1,5 +1,5 @@
 // The single-device reference trainer: orchestration only, no math of its own
-// (DESIGN.md section 3). Every number it produces comes from the kernel set.
+// (docs/design.md section 3). Every number it produces comes from the kernel set.
 //
 // One step:
 //   * the compute copies of the master parameters are made once (bf16 mode: a bf16 copy;
@@ -38,7 +38,6 @@ namespace parity::reference {
 using kernels::GradAccum;
 using kernels::TrainConfig;
 using kernels::effective_grad_accum;
-using kernels::parse_grad_accum;
 
 class ReferenceTrainer {
  public:

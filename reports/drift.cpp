@@ -121,12 +121,14 @@ std::string percent_change(double value, double reference) {
 std::vector<std::string> row_kinds(const Cell& c, const Cell* ref) {
   std::set<std::string> k;
   if (!ref) k.insert("reference");
-  if (c.pipelined() && c.cache == "off" && c.vp > 1) k.insert("naive");
+  if (c.pipelined() && c.cache == spec::Cache::Off && c.vp > 1) k.insert("naive");
   if (!c.split.empty()) k.insert("split");
-  if (c.grad_accum == "fp32" && c.dtype != "fp32" && c.dtype != "fp64") k.insert("stock");
+  if (c.grad_accum == spec::GradAccum::FP32 && c.dtype != spec::Precision::FP32 &&
+      c.dtype != spec::Precision::FP64)
+    k.insert("stock");
   if (c.reverse_microbatches) k.insert("reversed");
   if (ref && c.train_args() == ref->train_args()) k.insert("repeat");
-  if (c.clip_order == "per-rank") k.insert("per-rank");
+  if (c.clip_order == spec::ClipOrder::PerRank) k.insert("per-rank");
   if (c.nproc > 0) k.insert("multi-process");
   if (!c.inject.empty()) k.insert("fault");
   std::vector<std::string> out;
@@ -198,8 +200,12 @@ std::vector<DriftTable> drift_tables(const MatrixResult& r) {
     DriftTable t;
     t.reference = ref.cell.name;
     t.steps = r.report_steps;
-    t.title = ref.cell.flavor + ", " + ref.cell.dtype +
-              (ref.cell.device == "cpu" ? "" : " on " + ref.cell.device) + ", " +
+    t.title = std::string(spec::to_string(ref.cell.flavor)) + ", " +
+              spec::to_string(ref.cell.dtype) +
+              (ref.cell.device == spec::Device::Cpu
+                   ? std::string()
+                   : std::string(" on ") + spec::to_string(ref.cell.device)) +
+              ", " +
               tokens_text(ref.cell) + ", " +
               std::to_string(ref.cell.steps) + (ref.cell.steps == 1 ? " step" : " steps") +
               "; reference: " + ref.cell.label;

@@ -184,7 +184,7 @@ std::vector<HistoryEntry> read_history(const std::string& path, int last) {
     } catch (const json::exception& ex) {
       throw MatrixError(where + "malformed history line (" + ex.what() +
                         "); remove or fix the line");
-    } catch (const std::runtime_error& ex) {
+    } catch (const std::exception& ex) {  // a field of the wrong kind or value
       throw MatrixError(where + "malformed history line (" + ex.what() +
                         "); remove or fix the line");
     }

@@ -179,7 +179,7 @@ std::string layout_section(const MatrixResult& r) {
     if (c.layout.is_null()) continue;
     s += "<h3>" + escape(c.cell.name) + "</h3>\n";
     try {
-      const bool cached = c.cell.cache == "on";
+      const bool cached = c.cell.cache == spec::Cache::On;
       std::string diagram = layout_svg(c.layout, cached);
       const json& l = c.layout;
       s += "<p>pp " + std::to_string(l.value("pp", 0)) + " x vp " +

@@ -13,6 +13,8 @@
 #include <set>
 #include <sstream>
 
+#include "spec/options.h"
+
 namespace parity::reports {
 
 const char* to_string(Gate g) {
@@ -25,54 +27,16 @@ const char* to_string(Gate g) {
 }
 
 std::string Cell::batch_shape() const {
-  return flavor + "_s" + std::to_string(seed) + "_" + std::to_string(dp) + "x" +
-         std::to_string(microbatches) + "x" + std::to_string(rows) + "x" + std::to_string(seq_len);
+  return std::string(spec::to_string(flavor)) + "_s" + std::to_string(seed) + "_" +
+         std::to_string(dp) + "x" + std::to_string(microbatches) + "x" + std::to_string(rows) +
+         "x" + std::to_string(seq_len);
 }
-
-namespace {
-// The learning rate as the shortest text that reads back to the same double.
-std::string lr_text(double v) {
-  char buf[32];
-  for (int digits = 1; digits <= 17; ++digits) {
-    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
-    if (std::strtod(buf, nullptr) == v) break;
-  }
-  return buf;
-}
-}  // namespace
 
 std::vector<std::string> Cell::train_args() const {
-  std::vector<std::string> a = {"--trainer",      trainer,
-                                "--flavor",       flavor,
-                                "--dtype",        dtype,
-                                "--steps",        std::to_string(steps),
-                                "--microbatches", std::to_string(microbatches),
-                                "--batch",        std::to_string(rows),
-                                "--seq-len",      std::to_string(seq_len),
-                                "--seed",         std::to_string(seed),
-                                "--lr",           lr_text(lr),
-                                "--threads",      std::to_string(threads),
-                                "--dp",           std::to_string(dp),
-                                "--clip-order",   clip_order,
-                                "--grad-accum",   grad_accum,
-                                "--lr-schedule",  lr_schedule,
-                                "--loss-chunks",  std::to_string(loss_chunks),
-                                "--device",       device};
-  if (!expert_balance) a.push_back("--no-expert-balance");
-  // The reference takes pp and vp too: its per-rank clip order reads the layout from them.
-  if (pipelined() || clip_order == "per-rank")
-    for (const std::string& s : {std::string("--pp"), std::to_string(pp), std::string("--vp"),
-                                 std::to_string(vp)})
-      a.push_back(s);
-  if (pipelined()) {
-    a.insert(a.end(), {"--cache", cache});
-    if (!schedule.empty()) a.insert(a.end(), {"--schedule", schedule});
-    if (!split.empty()) a.insert(a.end(), {"--split", split});
-  }
-  if (reverse_microbatches) a.push_back("--reverse-microbatches");
-  if (nproc > 0) a.insert(a.end(), {"--nproc", std::to_string(nproc), "--backend",
-                                    backend.empty() ? "gloo" : backend});
-  for (const auto& f : inject) a.insert(a.end(), {"--inject", f});
+  std::vector<std::string> a = spec::to_args(*this);
+  if (nproc > 0)
+    a.insert(a.end(), {"--nproc", std::to_string(nproc), "--backend",
+                       spec::to_string(backend.value_or(spec::Backend::Gloo))});
   return a;
 }
 
@@ -155,15 +119,26 @@ std::string one_of(const toml::node& n, const Place& p, std::initializer_list<co
   fail(p, "'" + v + "' is not one of: " + list);
 }
 
+// A value of one of the specification's closed sets, by its table.
+template <class E>
+E named(const toml::node& n, const Place& p, const spec::Choices<E>& table) {
+  const std::string v = get_string(n, p);
+  try {
+    return table.parse(v, p.key);
+  } catch (const spec::BadInput& e) {
+    fail(p, e.what());
+  }
+}
+
 using Setter = std::function<void(Cell&, const toml::node&, const Place&)>;
 
 const std::map<std::string, Setter>& setters() {
   static const std::map<std::string, Setter> s = {
       {"name", [](Cell& c, auto& n, auto& p) { c.name = get_string(n, p); }},
       {"label", [](Cell& c, auto& n, auto& p) { c.label = get_string(n, p); }},
-      {"trainer", [](Cell& c, auto& n, auto& p) { c.trainer = one_of(n, p, {"reference", "pipelined"}); }},
-      {"flavor", [](Cell& c, auto& n, auto& p) { c.flavor = get_string(n, p); }},
-      {"dtype", [](Cell& c, auto& n, auto& p) { c.dtype = one_of(n, p, {"fp32", "bf16", "bf16-master", "fp64"}); }},
+      {"trainer", [](Cell& c, auto& n, auto& p) { c.trainer = named(n, p, spec::trainers()); }},
+      {"flavor", [](Cell& c, auto& n, auto& p) { c.flavor = named(n, p, spec::flavors()); }},
+      {"dtype", [](Cell& c, auto& n, auto& p) { c.dtype = named(n, p, spec::precisions()); }},
       {"steps", [](Cell& c, auto& n, auto& p) { c.steps = get_int(n, p, 1); }},
       {"microbatches", [](Cell& c, auto& n, auto& p) { c.microbatches = get_small(n, p, 1); }},
       {"rows", [](Cell& c, auto& n, auto& p) { c.rows = get_small(n, p, 1); }},
@@ -174,23 +149,29 @@ const std::map<std::string, Setter>& setters() {
       {"dp", [](Cell& c, auto& n, auto& p) { c.dp = get_small(n, p, 1); }},
       {"pp", [](Cell& c, auto& n, auto& p) { c.pp = get_small(n, p, 1); }},
       {"vp", [](Cell& c, auto& n, auto& p) { c.vp = get_small(n, p, 1); }},
-      {"schedule", [](Cell& c, auto& n, auto& p) { c.schedule = one_of(n, p, {"1f1b", "interleaved1f1b"}); }},
-      {"cache", [](Cell& c, auto& n, auto& p) { c.cache = one_of(n, p, {"on", "off"}); }},
+      {"schedule", [](Cell& c, auto& n, auto& p) { c.schedule = named(n, p, spec::schedules()); }},
+      {"cache", [](Cell& c, auto& n, auto& p) { c.cache = named(n, p, spec::caches()); }},
       {"split", [](Cell& c, auto& n, auto& p) { c.split = get_string(n, p); }},
-      {"clip_order", [](Cell& c, auto& n, auto& p) { c.clip_order = one_of(n, p, {"single", "per-rank"}); }},
-      {"grad_accum", [](Cell& c, auto& n, auto& p) { c.grad_accum = one_of(n, p, {"auto", "bf16", "fp32"}); }},
-      {"lr_schedule", [](Cell& c, auto& n, auto& p) { c.lr_schedule = one_of(n, p, {"wsd", "constant"}); }},
+      {"clip_order", [](Cell& c, auto& n, auto& p) { c.clip_order = named(n, p, spec::clip_orders()); }},
+      {"grad_accum", [](Cell& c, auto& n, auto& p) { c.grad_accum = named(n, p, spec::grad_accums()); }},
+      {"lr_schedule", [](Cell& c, auto& n, auto& p) { c.lr_schedule = named(n, p, spec::lr_schedules()); }},
       {"expert_balance", [](Cell& c, auto& n, auto& p) { c.expert_balance = get_bool(n, p); }},
       {"loss_chunks", [](Cell& c, auto& n, auto& p) { c.loss_chunks = get_small(n, p, 1); }},
       {"reverse_microbatches", [](Cell& c, auto& n, auto& p) { c.reverse_microbatches = get_bool(n, p); }},
+      {"freeze_embedding", [](Cell& c, auto& n, auto& p) { c.freeze_embedding = get_bool(n, p); }},
+      {"attn_res", [](Cell& c, auto& n, auto& p) { c.attn_res = named(n, p, spec::attn_res_forms()); }},
+      {"kda", [](Cell& c, auto& n, auto& p) { c.kda = named(n, p, spec::kda_forms()); }},
+      {"warmup", [](Cell& c, auto& n, auto& p) { c.warmup = get_small(n, p, 0); }},
+      {"max_norm", [](Cell& c, auto& n, auto& p) { c.max_norm = get_positive(n, p); }},
+      {"pseudo_query_init", [](Cell& c, auto& n, auto& p) { c.pseudo_query_init = named(n, p, spec::pseudo_query_inits()); }},
       {"reference", [](Cell& c, auto& n, auto& p) { c.reference = get_string(n, p); }},
-      {"device", [](Cell& c, auto& n, auto& p) { c.device = one_of(n, p, {"cpu", "cuda"}); }},
+      {"device", [](Cell& c, auto& n, auto& p) { c.device = named(n, p, spec::devices()); }},
       {"gate", [](Cell& c, auto& n, auto& p) {
          const auto g = one_of(n, p, {"none", "bitwise", "order-only"});
          c.gate = g == "bitwise" ? Gate::Bitwise : g == "order-only" ? Gate::OrderOnly : Gate::None;
        }},
       {"nproc", [](Cell& c, auto& n, auto& p) { c.nproc = get_small(n, p, 0); }},
-      {"backend", [](Cell& c, auto& n, auto& p) { c.backend = one_of(n, p, {"gloo", "nccl"}); }},
+      {"backend", [](Cell& c, auto& n, auto& p) { c.backend = named(n, p, spec::backends()); }},
       {"inject", [](Cell& c, auto& n, auto& p) {
          const auto* arr = n.as_array();
          if (!arr) fail(p, "expected an array of fault specs, e.g. [\"drop-deposit:block=1,stage=2\"]");
@@ -234,14 +215,15 @@ std::string default_label(const Cell& c, const Cell* ref) {
   if (c.pipelined()) {
     if (c.dp > 1) s = "dp" + std::to_string(c.dp) + " x ";
     s += "pp" + std::to_string(c.pp);
-    if (c.vp > 1) s += " x vp" + std::to_string(c.vp) + (c.cache == "on" ? ", cached" : ", naive");
+    if (c.vp > 1) s += " x vp" + std::to_string(c.vp) + (c.cache == spec::Cache::On ? ", cached" : ", naive");
   } else {
     s = "dp" + std::to_string(c.dp);
   }
-  if (c.grad_accum == "fp32" && c.dtype != "fp32" && c.dtype != "fp64")
+  if (c.grad_accum == spec::GradAccum::FP32 && c.dtype != spec::Precision::FP32 &&
+      c.dtype != spec::Precision::FP64)
     s += ", stock accumulation";
   if (c.reverse_microbatches) s += ", micro-batches reversed";
-  if (c.clip_order == "per-rank") s += ", per-rank clip";
+  if (c.clip_order == spec::ClipOrder::PerRank) s += ", per-rank clip";
   if (c.nproc > 0) s += ", " + std::to_string(c.nproc) + " processes";
   for (const auto& f : c.inject) s += ", fault " + f;
   if (ref && c.train_args() == ref->train_args()) s += ", repeat";
@@ -315,7 +297,7 @@ Matrix parse_matrix(const std::string& text, const std::string& source) {
     if (c.gate == Gate::OrderOnly && c.nproc > 0)
       fail(p, "gate = \"order-only\" needs the ledger, which multi-process runs do not record "
               "yet; drop nproc or the gate");
-    if (!c.pipelined() && c.vp > 1 && c.clip_order != "per-rank")
+    if (!c.pipelined() && c.vp > 1 && c.clip_order != spec::ClipOrder::PerRank)
       fail(p, "vp belongs to trainer = \"pipelined\" (or the reference's per-rank clip order)");
     line_of[c.name] = p.line;
     m.cells.push_back(std::move(c));
@@ -330,7 +312,8 @@ Matrix parse_matrix(const std::string& text, const std::string& source) {
       fail(p, "'" + c.reference + "' is compared against '" + ref->reference +
                   "' itself; name a reference cell (one without a reference key)");
     if (ref->flavor != c.flavor)
-      fail(p, "flavor '" + c.flavor + "' against a reference of flavor '" + ref->flavor +
+      fail(p, std::string("flavor '") + spec::to_string(c.flavor) +
+                  "' against a reference of flavor '" + spec::to_string(ref->flavor) +
                   "': the parameters differ, nothing can be compared");
     if (ref->batch_shape() != c.batch_shape())
       fail(p, "the batch (flavor_seed_dp x micro-batches x rows x seq_len) is " +
@@ -338,7 +321,8 @@ Matrix parse_matrix(const std::string& text, const std::string& source) {
                   ": a comparison needs the same tokens and checkpoint; give the cell a "
                   "reference of its own batch");
     if (ref->dtype != c.dtype)
-      fail(p, "dtype '" + c.dtype + "' against a reference in '" + ref->dtype +
+      fail(p, std::string("dtype '") + spec::to_string(c.dtype) + "' against a reference in '" +
+                  spec::to_string(ref->dtype) +
                   "': give the cell a reference of its own dtype (compare --truth compares "
                   "against an fp64 run)");
   }

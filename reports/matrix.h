@@ -1,5 +1,5 @@
 // A matrix file: the cells of a parity run and which cell each is compared against
-// (DESIGN.md section 7). Torch-free.
+// (docs/design.md section 7). Torch-free.
 //
 // TOML, for example:
 //
@@ -18,12 +18,13 @@
 //   vp = 2
 //   gate = "order-only"
 //
-// Cell keys (defaults in brackets): name, label [derived from the shape], trainer
-// [reference], flavor [tiny], dtype [bf16], steps [20], microbatches [4], rows [1], seq_len
-// [256], seed [42], lr [8e-4: AdamW after 2 warm-up steps], threads [1], dp [1], pp [1], vp [1], schedule [1f1b for vp 1, else
-// interleaved1f1b], cache [on], split [the even split], clip_order [single], grad_accum [auto],
-// reverse_microbatches [false], device [cpu | cuda], reference [none], gate [none | bitwise | order-only], nproc [0:
-// in-process], backend [gloo when nproc > 0], inject [[]: fault specs, as train --inject].
+// Cell keys: name, label [derived from the shape], reference [none: a reference], gate [none |
+// bitwise | order-only], nproc [0: in-process], backend [gloo when nproc > 0], and the RunSpec's
+// fields under their names (spec/run_spec.h; defaults as there, but flavor [tiny] and dtype
+// [bf16]): trainer, flavor, dtype, steps, microbatches, rows, seq_len, seed, lr, warmup,
+// lr_schedule, threads, dp, pp, vp, schedule, cache, split, clip_order, grad_accum, attn_res,
+// kda, expert_balance, pseudo_query_init, loss_chunks, max_norm, reverse_microbatches,
+// freeze_embedding, device, inject [[]: fault specs, as train --inject].
 //
 // A cell's seed checkpoint is shared by every cell of its batch shape (flavor, seed, dp x
 // microbatches x rows x seq_len): made once per matrix run, as the seed's protocol does. (Our
@@ -32,16 +33,20 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "spec/bad_input.h"
+#include "spec/run_spec.h"
+
 namespace parity::reports {
 
 // A matrix file that cannot be used: names the file, the cell, the key and the remedy.
-class MatrixError : public std::runtime_error {
+class MatrixError : public spec::BadInput {
  public:
-  using std::runtime_error::runtime_error;
+  using spec::BadInput::BadInput;
 };
 
 // What a cell promises about itself against its reference at step 1.
@@ -52,44 +57,29 @@ class MatrixError : public std::runtime_error {
 enum class Gate { None, Bitwise, OrderOnly };
 const char* to_string(Gate g);  // "none" | "bitwise" | "order-only"
 
-struct Cell {
+// A cell: a name, a label, a reference and a gate, and the run it is (a RunSpec, with how many
+// processes carry it out). A matrix's runs default to the seed's tables: the tiny flavor in
+// bf16; every other field has the RunSpec's default.
+struct Cell : spec::RunSpec {
+  Cell() {
+    flavor = spec::Flavor::Tiny;
+    dtype = spec::Precision::BF16;
+  }
+
   std::string name;
   std::string label;  // the drift table's row name
-  std::string trainer = "reference";
-  std::string flavor = "tiny";
-  std::string dtype = "bf16";
-  int64_t steps = 20;
-  int microbatches = 4;
-  int rows = 1;
-  int64_t seq_len = 256;
-  uint64_t seed = 42;
-  double lr = 8e-4;
-  int threads = 1;
-  int dp = 1, pp = 1, vp = 1;
-  std::string schedule;  // "" = the default for vp
-  std::string cache = "on";
-  std::string split;
-  std::string clip_order = "single";
-  std::string grad_accum = "auto";
-  std::string lr_schedule = "wsd";
-  bool expert_balance = true;
-  int loss_chunks = 8;
-  bool reverse_microbatches = false;
-  std::string device = "cpu";
   std::string reference;  // "" = a reference
   Gate gate = Gate::None;
   int nproc = 0;
-  std::string backend;
-  std::vector<std::string> inject;
+  std::optional<spec::Backend> backend;  // none: gloo when nproc > 0
 
-  bool pipelined() const { return trainer == "pipelined"; }
   bool multi_process() const { return nproc > 0; }
   // Cores the cell keeps busy while it runs (its processes times their threads).
   int cores() const { return (nproc > 0 ? nproc : 1) * threads; }
   // The seed checkpoint's key: cells with equal keys share one checkpoint.
   std::string batch_shape() const;
-  // The `parity train` arguments of this cell (trainer, model, data, shape), without the
-  // output options.
+  // The `parity train` arguments of this cell: its RunSpec's (spec::to_args) and its
+  // processes', without the output options.
   std::vector<std::string> train_args() const;
 };
 

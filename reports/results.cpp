@@ -35,12 +35,30 @@ bool MatrixResult::gates_ok() const {
 
 namespace {
 
+// An unset choice is written as "" (its default depends on other fields).
+template <class E>
+std::string name_or_empty(const std::optional<E>& v) {
+  return v ? spec::to_string(*v) : "";
+}
+
+template <class E>
+std::optional<E> optional_from(const json& j, const char* key, const spec::Choices<E>& table) {
+  const std::string s = j.at(key);
+  if (s.empty()) return std::nullopt;
+  return table.parse(s, std::string("results key ") + key);
+}
+
+template <class E>
+E choice_from(const json& j, const char* key, const spec::Choices<E>& table) {
+  return table.parse(j.at(key).get<std::string>(), std::string("results key ") + key);
+}
+
 json cell_json(const Cell& c) {
   return {{"name", c.name},
           {"label", c.label},
-          {"trainer", c.trainer},
-          {"flavor", c.flavor},
-          {"dtype", c.dtype},
+          {"trainer", spec::to_string(c.trainer)},
+          {"flavor", spec::to_string(c.flavor)},
+          {"dtype", spec::to_string(c.dtype)},
           {"steps", c.steps},
           {"microbatches", c.microbatches},
           {"rows", c.rows},
@@ -51,17 +69,17 @@ json cell_json(const Cell& c) {
           {"dp", c.dp},
           {"pp", c.pp},
           {"vp", c.vp},
-          {"schedule", c.schedule},
-          {"cache", c.cache},
+          {"schedule", name_or_empty(c.schedule)},
+          {"cache", spec::to_string(c.cache)},
           {"split", c.split},
-          {"clip_order", c.clip_order},
-          {"grad_accum", c.grad_accum},
+          {"clip_order", spec::to_string(c.clip_order)},
+          {"grad_accum", spec::to_string(c.grad_accum)},
           {"reverse_microbatches", c.reverse_microbatches},
           {"reference", c.reference},
-          {"device", c.device},
+          {"device", spec::to_string(c.device)},
           {"gate", to_string(c.gate)},
           {"nproc", c.nproc},
-          {"backend", c.backend},
+          {"backend", name_or_empty(c.backend)},
           {"inject", c.inject}};
 }
 
@@ -76,9 +94,9 @@ Cell cell_from(const json& j) {
   Cell c;
   c.name = j.at("name");
   c.label = j.at("label");
-  c.trainer = j.at("trainer");
-  c.flavor = j.at("flavor");
-  c.dtype = j.at("dtype");
+  c.trainer = choice_from(j, "trainer", spec::trainers());
+  c.flavor = choice_from(j, "flavor", spec::flavors());
+  c.dtype = choice_from(j, "dtype", spec::precisions());
   c.steps = j.at("steps");
   c.microbatches = j.at("microbatches");
   c.rows = j.at("rows");
@@ -89,17 +107,17 @@ Cell cell_from(const json& j) {
   c.dp = j.at("dp");
   c.pp = j.at("pp");
   c.vp = j.at("vp");
-  c.schedule = j.at("schedule");
-  c.cache = j.at("cache");
+  c.schedule = optional_from(j, "schedule", spec::schedules());
+  c.cache = choice_from(j, "cache", spec::caches());
   c.split = j.at("split");
-  c.clip_order = j.at("clip_order");
-  c.grad_accum = j.at("grad_accum");
+  c.clip_order = choice_from(j, "clip_order", spec::clip_orders());
+  c.grad_accum = choice_from(j, "grad_accum", spec::grad_accums());
   c.reverse_microbatches = j.at("reverse_microbatches");
   c.reference = j.at("reference");
-  c.device = j.value("device", c.device);
+  if (j.contains("device")) c.device = choice_from(j, "device", spec::devices());
   c.gate = gate_from(j.at("gate"));
   c.nproc = j.at("nproc");
-  c.backend = j.at("backend");
+  c.backend = optional_from(j, "backend", spec::backends());
   c.inject = j.at("inject").get<std::vector<std::string>>();
   return c;
 }

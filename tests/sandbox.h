@@ -340,6 +340,7 @@ class Fixtures {
                                    "trainer = \"pipelined\"\npp = 2\nvp = 2\ngate = \"order-only\"\n";
     std::ofstream(d / "flavor.toml") << "name = \"f\"\n[[cell]]\nname = \"ref\"\nflavor = "
                                         "\"nosuchflavor\"\n";
+    std::ofstream(d / "ungated.toml") << "name = \"u\"\n[[cell]]\nname = \"ref\"\n";
     parity("matrix run m.toml --out R --jobs 2 --quiet", "matrix run R");
     fs::create_directories(d / "adir");
     fs::create_directories(d / "full");

@@ -161,7 +161,7 @@ INSTANTIATE_TEST_SUITE_P(
                                          k::AttnResImpl::Fused),
                        ::testing::Values(0, 1, 3)),
     [](const auto& info) {
-      std::string name = k::attn_res_impl_name(std::get<0>(info.param));
+      std::string name = parity::spec::to_string(std::get<0>(info.param));
       name[0] = char(std::toupper(name[0]));
       return name + "_N" + std::to_string(std::get<1>(info.param));
     });

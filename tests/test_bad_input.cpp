@@ -144,14 +144,14 @@ const std::vector<Case>& cases() {
       {"TokensDtypeWithoutTokens", T + "--tokens-dtype uint16",
        "--tokens-dtype describes a raw --tokens file; give --tokens FILE too"},
       {"TokensDtypeUnknown", T + "--tokens odd.bin --tokens-dtype float32",
-       "--tokens-dtype 'float32': use uint16, int32 or int64"},
+       "unknown --tokens-dtype 'float32'; accepted: uint16, int32, int64$"},
       {"TokensNeitherKind", T + "--tokens afile", "is not a token file: neither parity's .* nor a .npy array"},
-      {"LrScheduleUnknown", T + "--lr-schedule cosine", "unknown --lr-schedule 'cosine'; use wsd"},
+      {"LrScheduleUnknown", T + "--lr-schedule cosine", "unknown --lr-schedule 'cosine'; accepted: wsd, constant$"},
       {"LossChunksZero", T + "--loss-chunks 0", "--loss-chunks: 0 is out of range"},
       {"LossChunksNotDividingTheSequence", T + "--loss-chunks 5",
        "--loss-chunks 5 does not divide --seq-len 16 .*--loss-chunks 1"},
       {"PseudoQueryInitUnknown", T + "--pseudo-query-init ones",
-       "unknown --pseudo-query-init 'ones'; use trunc-normal"},
+       "unknown --pseudo-query-init 'ones'; accepted: trunc-normal, zero$"},
       {"PseudoQueryInitUnknownPipelined", P + "--pseudo-query-init ones",
        "unknown --pseudo-query-init 'ones'"},
       {"InitPseudoQueryInitUnknown", "init --flavor tiny --pseudo-query-init ones --out c.h5",
@@ -192,19 +192,19 @@ const std::vector<Case>& cases() {
       {"DataMissing", T + "--data missing.jsonl", "missing.jsonl"},
       {"DataNotJsonl", T + "--data afile", "afile"},
       // ---- names and kinds
-      {"FlavorUnknown", "train --flavor nope --steps 1", "flavor 'nope'"},
+      {"FlavorUnknown", "train --flavor nope --steps 1", "unknown --flavor 'nope'; accepted: debugmodel, tiny, k3shape, exact, exact-wide$"},
       {"FlavorShapeOnly", "train --flavor k3shape --steps 1", "shape-only"},
       {"OptionTwice", T + "--flavor tiny", "--flavor: At Most 1 required but received 2"},
-      {"DtypeUnknown", T + "--dtype fp16", "fp16"},
-      {"DeviceUnknown", T + "--device tpu", "unknown --device 'tpu'"},
+      {"DtypeUnknown", T + "--dtype fp16", "unknown --dtype 'fp16'; accepted: fp32, bf16, bf16-master, fp64$"},
+      {"DeviceUnknown", T + "--device tpu", "unknown --device 'tpu'; accepted: cpu, cuda$"},
       {"DeviceCudaWithoutCuda", T + "--device cuda", "--device cuda: this build or machine has no CUDA device"},
-      {"ClipOrderUnknown", T + "--clip-order weird", "weird"},
-      {"GradAccumUnknown", T + "--grad-accum weird", "weird"},
-      {"AttnResUnknown", T + "--attn-res weird", "unknown --attn-res 'weird'; use fused, recompute or plain"},
-      {"KdaUnknown", T + "--kda weird", "unknown --kda 'weird'; use fused, chunked or recurrent"},
-      {"TrainerUnknown", "train --trainer nope --flavor tiny", "unknown --trainer 'nope'"},
-      {"CacheUnknown", P + "--cache maybe", "unknown --cache 'maybe'; use on or off"},
-      {"ScheduleUnknown", P + "--schedule weird", "weird"},
+      {"ClipOrderUnknown", T + "--clip-order weird", "unknown --clip-order 'weird'; accepted: single, per-rank$"},
+      {"GradAccumUnknown", T + "--grad-accum weird", "unknown --grad-accum 'weird'; accepted: auto, bf16, fp32$"},
+      {"AttnResUnknown", T + "--attn-res weird", "unknown --attn-res 'weird'; accepted: fused, recompute, plain$"},
+      {"KdaUnknown", T + "--kda weird", "unknown --kda 'weird'; accepted: fused, chunked, recurrent$"},
+      {"TrainerUnknown", "train --trainer nope --flavor tiny", "unknown --trainer 'nope'; accepted: reference, pipelined$"},
+      {"CacheUnknown", P + "--cache maybe", "unknown --cache 'maybe'; accepted: on, off$"},
+      {"ScheduleUnknown", P + "--schedule weird", "unknown --schedule 'weird'; accepted: 1f1b, interleaved1f1b$"},
       // ---- combinations
       {"SplitForTheReference", T + "--split 'emb,0-8|9-16,head'", "--pp, --vp and --split shape a pipeline: give --trainer pipelined"},  // found
       {"PpForTheReference", T + "--pp 2", "--pp, --vp and --split shape a pipeline"},
@@ -224,7 +224,7 @@ const std::vector<Case>& cases() {
       {"NprocWithAMissingCheckpoint", P + "--nproc 2 --init missing.h5", "checkpoint 'missing.h5' does not exist"},  // found
       {"NprocForTheReference", T + "--nproc 2", "--nproc and --backend need --trainer pipelined"},
       {"BackendAlone", P + "--backend gloo", "--backend gloo needs --nproc N, or RANK and WORLD_SIZE"},
-      {"BackendNotBuilt", P + "--nproc 2 --backend mpi", "backend 'mpi' is not built into this parity"},
+      {"BackendUnknown", P + "--nproc 2 --backend mpi", "unknown --backend 'mpi'; accepted: gloo, nccl$"},
       // ---- the multi-process environment
       {"RankWithoutWorldSize", P + "--backend gloo --dump out", "--backend gloo with RANK but no WORLD_SIZE in the environment; set both", 2, {{"RANK", "1"}}},  // found
       {"WorldSizeWithoutRank", P + "--backend gloo", "with WORLD_SIZE but no RANK", 2, {{"WORLD_SIZE", "2"}}},
@@ -252,9 +252,9 @@ const std::vector<Case>& cases() {
       // ---- init and model
       {"InitOutEmpty", "init --flavor tiny --out ''", "--out: the path is empty"},
       {"InitSeedNegative", "init --flavor tiny --seed -1 --out x.h5", "--seed: '-1' is not an unsigned integer"},
-      {"InitFlavorUnknown", "init --flavor nope --out x.h5", "flavor 'nope'"},
+      {"InitFlavorUnknown", "init --flavor nope --out x.h5", "unknown --flavor 'nope'; accepted: debugmodel, tiny, k3shape, exact, exact-wide$"},
       {"InitIntoAMissingDirectory", "init --flavor tiny --out nodir/x.h5", "nodir/x.h5"},
-      {"ModelFlavorUnknown", "model --flavor nope", "flavor 'nope'"},
+      {"ModelFlavorUnknown", "model --flavor nope", "unknown --flavor 'nope'; accepted: debugmodel, tiny, k3shape, exact, exact-wide$"},
       // ---- layout and schedule
       {"LayoutLayersHuge", "layout --layers 2000000000", "--layers: 2000000000 is out of range; give an integer from 1 to 1024"},  // found
       {"LayoutLayersZero", "layout --layers 0", "--layers: 0 is out of range"},
@@ -265,7 +265,7 @@ const std::vector<Case>& cases() {
       {"ScheduleHuge", "schedule --pp 100000 --microbatches 100000", "--pp: 100000 is out of range"},  // found
       {"ScheduleMicrobatchesHuge", "schedule --microbatches 100000", "--microbatches: 100000 is out of range"},  // found
       {"ScheduleMicrobatchesZero", "schedule --microbatches 0", "--microbatches: 0 is out of range"},
-      {"ScheduleKindUnknown", "schedule --schedule weird", "weird"},
+      {"ScheduleKindUnknown", "schedule --schedule weird", "unknown --schedule 'weird'; accepted: 1f1b, interleaved1f1b$"},
       // ---- compare and localise
       {"CompareMaxUlpNegative", "compare A B --max-ulp -1", "--max-ulp: '-1' is not an unsigned integer"},  // found
       {"CompareThreadsHuge", "compare A B --threads 100000", "--threads: 100000 is out of range"},  // found
@@ -285,12 +285,12 @@ const std::vector<Case>& cases() {
       // ---- closed-form
       {"ClosedFormStepsHuge", "closed-form --steps 1000000000", "--steps: 1000000000 is out of range; give an integer from 1 to 100"},  // found
       {"ClosedFormThreadsZero", "closed-form --threads 0", "--threads: 0 is out of range"},  // found
-      {"ClosedFormDtypeUnknown", "closed-form --dtype weird", "weird"},
+      {"ClosedFormDtypeUnknown", "closed-form --dtype weird", "unknown --dtype 'weird'; accepted: fp32, bf16, bf16-master, fp64$"},
       {"ClosedFormWideInBf16", "closed-form --wide --dtype bf16", "wide"},
       {"ClosedFormTrainerUnknown", "closed-form --trainer weird", "unknown --trainer 'weird'"},
       {"ClosedFormShapeForTheReference", "closed-form --trainer reference --pp 2", "need --trainer pipelined"},
       {"ClosedFormInjectAtNoSuchStage", "closed-form --pp 4 --vp 4 --inject drop-deposit:block=99,stage=99", "there is no stage 99"},
-      {"ClosedFormCacheUnknown", "closed-form --pp 2 --cache maybe", "unknown --cache 'maybe'"},
+      {"ClosedFormCacheUnknown", "closed-form --pp 2 --cache maybe", "unknown --cache 'maybe'; accepted: on, off$"},
       // ---- matrix run
       {"MatrixFileIsADirectory", "matrix run adir --out o", "'adir' is a directory; give a matrix file"},  // found
       {"MatrixFileMissing", "matrix run missing.toml --out o", "cannot read matrix file 'missing.toml'"},
@@ -318,7 +318,10 @@ const std::vector<Case>& cases() {
       {"GateMatrixMissing", "gate --matrix missing.toml", "cannot run: cannot read matrix file", 125},
       {"GateOutIsAFile", "gate --matrix m.toml --out afile --no-closed-forms", "cannot run: --out 'afile' is a file", 125},
       {"GateJobsNegative", "gate --jobs -1", "--jobs: -1 is out of range"},
-      {"GateNoGatedCell", "gate --matrix flavor.toml", "has no gated cell", 125},
+      {"GateNoGatedCell", "gate --matrix ungated.toml", "has no gated cell", 125},
+      {"GateUnknownFlavor", "gate --matrix flavor.toml",
+       "cannot run: flavor.toml:4 \\(cell 'ref'\\), key 'flavor': unknown flavor 'nosuchflavor'; "
+       "accepted: debugmodel, tiny, k3shape, exact, exact-wide$", 125},
   };
   return c;
 }
@@ -377,6 +380,22 @@ bool wait_for_temporary(const Sandbox& box, const std::string& part = "") {
   return false;
 }
 
+// Waits (up to 20 s) until a metrics file in `dir`, still a temporary (`prefix`.tmp.*), holds
+// its first step's line: the run is in the middle of training.
+bool wait_for_step_line(const fs::path& dir, const std::string& prefix) {
+  for (int i = 0; i < 2000; ++i) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind(prefix + ".tmp.", 0) == 0 &&
+          read_file(e.path()).find("\"step\"") != std::string::npos)
+        return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
 struct Stop {
   const char* id;
   std::string args;
@@ -391,8 +410,7 @@ TEST_P(StopTest, ExitsWith128PlusTheSignalAndLeavesNothing) {
   Sandbox box(s.id);
   bool started = false;
   const RunResult r = box.run(words(s.args), {}, 60, [&](pid_t pid) {
-    started = wait_for_temporary(box);
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    started = wait_for_step_line(box.cwd(), "old.jsonl");
     ::kill(s.group ? -pid : pid, s.sig);
   });
   SCOPED_TRACE("parity " + s.args);
@@ -444,15 +462,18 @@ TEST(StopKill, AKilledLauncherTakesItsWorkersWithIt) {
 // file and no process; a cell stopped by --cell-timeout-s likewise.
 TEST(StopMatrix, ATermStopsTheCellsAndLeavesNoTemporary) {
   Sandbox box("matrix");
+  bool started = false;
   std::ofstream(box.cwd() / "long.toml")
       << "name = \"long\"\n[defaults]\nflavor = \"tiny\"\nseq_len = 64\n[[cell]]\nname = "
          "\"ref\"\nsteps = 500\n[[cell]]\nname = \"two\"\nreference = \"ref\"\nsteps = 1\n";
   const RunResult r = box.run(words("matrix run long.toml --out run --jobs 1 --quiet"), {}, 60,
                               [&](pid_t pid) {
-                                wait_for_temporary(box);
-                                std::this_thread::sleep_for(std::chrono::milliseconds(500));
+                                // The first cell's metrics file holds its first step.
+                                started = wait_for_step_line(box.cwd() / "run/cells/ref",
+                                                             "metrics.jsonl");
                                 ::kill(pid, SIGTERM);
                               });
+  ASSERT_TRUE(started) << "the cell never logged a step\n" << r.err;
   ASSERT_TRUE(r.exited()) << r.how() << r.err;
   EXPECT_EQ(r.code(), 128 + SIGTERM) << r.err;
   EXPECT_TRUE(fs::exists(box.cwd() / "run/results.json"));
@@ -462,9 +483,10 @@ TEST(StopMatrix, ATermStopsTheCellsAndLeavesNoTemporary) {
 
 TEST(StopMatrix, ACellTimeoutLeavesNoTemporary) {
   Sandbox box("timeout");
+  // 100000 steps: no machine finishes them in 6 s, so the timeout is the only way the cell ends.
   std::ofstream(box.cwd() / "long.toml")
       << "name = \"long\"\n[defaults]\nflavor = \"tiny\"\nseq_len = 64\n[[cell]]\nname = "
-         "\"ref\"\nsteps = 500\n";
+         "\"ref\"\nsteps = 100000\n";
   const RunResult r =
       box.run(words("matrix run long.toml --out run --jobs 1 --quiet --cell-timeout-s 6"), {}, 60);
   ASSERT_TRUE(r.exited()) << r.how() << r.err;

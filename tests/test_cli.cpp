@@ -90,8 +90,8 @@ TEST_F(Cli, ModelShowsTheDebugmodelPatternAndBlocks) {
 }
 
 TEST_F(Cli, UnknownFlavor) {
-  expect_one_line_error(run("train --flavor nosuch --steps 1"), "unknown flavor 'nosuch'");
-  expect_one_line_error(run("model --flavor nosuch"), "unknown flavor 'nosuch'");
+  expect_one_line_error(run("train --flavor nosuch --steps 1"), "unknown --flavor 'nosuch'");
+  expect_one_line_error(run("model --flavor nosuch"), "unknown --flavor 'nosuch'");
 }
 
 TEST_F(Cli, MissingDataFile) {
@@ -221,7 +221,8 @@ TEST_F(Cli, LayoutJsonCarriesTheVolumeAndStages) {
   auto r = run("layout --layers 93 --block 12 --pp 4 --vp 2 --json");
   ASSERT_EQ(r.code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
-  // DESIGN.md section 9, pp4 x vp2: option1 18, naive 28, cached 18, cached peak 3, naive peak 7.
+  // docs/design.md section 9, pp4 x vp2: option1 18, naive 28, cached 18, cached peak 3,
+  // naive peak 7.
   EXPECT_EQ(j["volume"]["option1"], 18);
   EXPECT_EQ(j["volume"]["naive"], 28);
   EXPECT_EQ(j["volume"]["cached"], 18);
@@ -239,7 +240,7 @@ TEST_F(Cli, ScheduleJsonIsTheGridWithNullIdles) {
   ASSERT_EQ(r.code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j["ranks"].size(), 2u);
-  // DESIGN.md section 5: rank 1's order starts 1F0 1F1 3F0 3B0, after one idle slot.
+  // docs/design.md section 9: rank 1's order starts 1F0 1F1 3F0 3B0, after one idle slot.
   std::vector<std::string> rank1;
   for (const auto& a : j["ranks"][1])
     if (!a.is_null()) rank1.push_back(a.get<std::string>());
@@ -435,6 +436,50 @@ TEST_F(Cli, RanksStartedSeparatelyWithTorchrunVariablesGiveTheSameBits) {
   EXPECT_EQ(c.code, 0) << c.out;
 }
 
+// The checkpoint is read once per process: validation reads it and the trainers, the local
+// launcher's forked workers and the matrix cells use what it read. Every read is traced on
+// stderr with PARITY_TRACE=checkpoint-reads (dumps/checkpoint.h); the trace lines are counted.
+int checkpoint_reads(const std::string& text) {
+  int n = 0;
+  for (size_t at = text.find("parity: trace: checkpoint read"); at != std::string::npos;
+       at = text.find("parity: trace: checkpoint read", at + 1))
+    ++n;
+  return n;
+}
+
+TEST_F(Cli, TheCheckpointIsReadOncePerProcess) {
+  const auto ckpt = dir_ / "c.h5";
+  ASSERT_EQ(run("init --flavor tiny --out " + ckpt.string()).code, 0);
+  const std::string trace = "PARITY_TRACE=checkpoint-reads";
+  const std::string cell = "train --flavor tiny --steps 2 --seq-len 16 --quiet --init " + ckpt.string();
+  auto ref = run(cell, trace);
+  ASSERT_EQ(ref.code, 0) << ref.err;
+  EXPECT_EQ(checkpoint_reads(ref.err), 1) << ref.err;
+  auto pipe = run(cell + " --trainer pipelined --pp 2 --vp 2", trace);
+  ASSERT_EQ(pipe.code, 0) << pipe.err;
+  EXPECT_EQ(checkpoint_reads(pipe.err), 1) << pipe.err;
+  if (!have_gloo()) GTEST_SKIP() << "built without Gloo: the multi-process half is not run";
+  // --nproc 2: the launcher reads it, its two forked workers take what it read.
+  auto local = run(cell + " --trainer pipelined --pp 2 --nproc 2 --backend gloo", trace);
+  ASSERT_EQ(local.code, 0) << local.err;
+  EXPECT_EQ(checkpoint_reads(local.err), 1) << local.err;
+  // Two ranks started on their own (torchrun's way): one read in each process.
+  const int port = free_port();
+  std::string script;
+  for (int r = 0; r < 2; ++r)
+    script += trace + " RANK=" + std::to_string(r) + " WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 " +
+              "MASTER_PORT=" + std::to_string(port) + " " + PARITY_BIN + " " + cell +
+              " --trainer pipelined --pp 2 --backend gloo --timeout-s 60 > " +
+              (dir_ / ("r" + std::to_string(r) + ".log")).string() + " 2>&1 & p" +
+              std::to_string(r) + "=$!; ";
+  script += "s=0; for p in $p0 $p1; do wait $p || s=1; done; exit $s";
+  ASSERT_EQ(std::system(("bash -c '" + script + "'").c_str()), 0) << slurp(dir_ / "r0.log");
+  for (int r = 0; r < 2; ++r) {
+    const std::string log = slurp(dir_ / ("r" + std::to_string(r) + ".log"));
+    EXPECT_EQ(checkpoint_reads(log), 1) << "rank " << r << ": " << log;
+  }
+}
+
 TEST_F(Cli, DataParallelProcessesEqualInProcessDpAndTheReference) {
   if (!have_gloo()) GTEST_SKIP() << "built without Gloo";
   const auto m = dir_ / "m", i = dir_ / "i", r = dir_ / "r", n = dir_ / "n";
@@ -567,7 +612,9 @@ TEST_F(Cli, BenchGemmPrintsARowPerSizeWithItsRate) {
     EXPECT_EQ(size, n);
     ASSERT_GT(ms, 0) << line;
     // Both columns are printed rounded (3 and 2 decimals): agree to 1% when ms is not tiny.
-    if (ms > 1) EXPECT_NEAR(gflops, 2.0 * n * n * n / (ms * 1e-3) / 1e9, 0.01 * gflops) << line;
+    if (ms > 1) {
+      EXPECT_NEAR(gflops, 2.0 * n * n * n / (ms * 1e-3) / 1e9, 0.01 * gflops) << line;
+    }
   }
 }
 
@@ -579,31 +626,28 @@ TEST_F(Cli, AKilledWorkerStopsEveryRankWithinTheTimeout) {
                           "--quiet --pp 4 --vp 2 --nproc 4 --backend gloo --timeout-s 10 "
                           "--dump-steps 1 --dump " + (dir_ / "d").string() + " 2>" + err.string() +
                           " & L=$!; for i in $(seq 300); do ls " + (dir_ / "d").string() +
-                          "/rank0.h5.tmp.* >/dev/null 2>&1 && break; sleep 0.2; done; sleep 1; "
+                          "/rank0.h5.tmp.* >/dev/null 2>&1 && break; sleep 0.2; done; "
                           "kill -9 $(pgrep -P $L | sed -n 3p); "
-                          "start=$(date +%s); wait $L; rc=$?; echo \"rc=$rc took=$(( $(date +%s) - start ))\" >" +
+                          "wait $L; rc=$?; echo \"rc=$rc\" >" +
                           (dir_ / "rc.txt").string() + "; pgrep -P $L >/dev/null && echo left >>" +
                           (dir_ / "rc.txt").string() + "; exit 0";
   ASSERT_EQ(std::system(("bash -c '" + cmd + "'").c_str()), 0);
   const auto rc = slurp(dir_ / "rc.txt");
   EXPECT_EQ(rc.find("rc=0"), std::string::npos) << rc;
   EXPECT_EQ(rc.find("left"), std::string::npos) << rc;
-  const int took = std::stoi(rc.substr(rc.find("took=") + 5));
-  EXPECT_LE(took, 10 + 15) << rc;  // the timeout, and the launcher's grace
   const auto text = slurp(err);
   EXPECT_NE(text.find("worker rank 2 was killed by signal 9"), std::string::npos) << text;
-  // Each surviving rank says who it is, what it waited for and from whom: one line each.
-  int lines = 0;
+  // Each surviving rank stopped by itself, within its own --timeout-s, and says who it is, what
+  // it waited for and from whom: one line each. (A rank the launcher had to stop after the
+  // grace period would print no such line.)
   for (int r : {0, 1, 3}) {
     const auto at = text.find("parity: rank " + std::to_string(r) + ": ");
-    if (at == std::string::npos) continue;
-    ++lines;
+    ASSERT_NE(at, std::string::npos) << "rank " << r << " did not report itself:\n" << text;
     const auto line = text.substr(at, text.find('\n', at) - at);
     EXPECT_TRUE(line.find(" from rank ") != std::string::npos ||
                 line.find(" to rank ") != std::string::npos)
         << line;
   }
-  EXPECT_GE(lines, 1) << text;
   // What rank 0 dumped before the failure is kept, marked incomplete.
   EXPECT_TRUE(fs::exists(dir_ / "d" / "rank0.h5")) << text;
 }

@@ -198,7 +198,7 @@ at::Tensor core_form(k::KdaImpl impl, const std::vector<at::Tensor>& x, int64_t 
 }
 
 std::string form_name(k::KdaImpl impl) {
-  std::string n = k::kda_impl_name(impl);
+  std::string n = parity::spec::to_string(impl);
   n[0] = char(std::toupper(n[0]));
   return n;
 }

@@ -1,4 +1,4 @@
-// The dependency rules between folders hold by test (DESIGN.md section 2): LAYERS at the root
+// The dependency rules between folders hold by test (docs/design.md section 2): LAYERS at the root
 // lists, per folder, what its files may include; every `#include "..."` of the project is
 // read and checked against it.
 //
@@ -191,16 +191,20 @@ const fs::path kRoot = PARITY_SOURCE_DIR;
 TEST(Layers, TheTableParsesAndHasNoCycle) {
   const auto rules = parse_rules(slurp(kRoot / "LAYERS"));
   EXPECT_EQ(find_cycle(rules), "");
-  // The rules DESIGN.md states: the bottom folders include nothing of ours, neither trainer
-  // the other, and nothing below the harness the harness.
-  EXPECT_TRUE(rules.at("kernels").empty());
-  EXPECT_TRUE(rules.at("datasets").empty());
-  EXPECT_TRUE(rules.at("reports").empty());
+  // The layering rules: the specification includes nothing of ours; the bottom folders only
+  // the specification; neither trainer the other, and nothing below the harness the harness.
+  EXPECT_TRUE(rules.at("spec").empty());
+  for (const char* bottom : {"kernels", "datasets", "reports"})
+    EXPECT_EQ(rules.at(bottom), std::set<std::string>{"spec"}) << bottom;
   EXPECT_FALSE(rules.at("reference").count("pipelined"));
   EXPECT_FALSE(rules.at("pipelined").count("reference"));
   for (const char* below : {"kernels", "datasets", "reference", "pipelined", "dumps", "compare",
                             "reports"})
     EXPECT_FALSE(rules.at(below).count("harness")) << below;
+  // The matrix room sits above the harness: nothing below it drives a matrix.
+  for (const char* below : {"kernels", "datasets", "reference", "pipelined", "dumps", "compare",
+                            "reports", "harness"})
+    EXPECT_FALSE(rules.at(below).count("matrix")) << below;
 }
 
 TEST(Layers, NoIncludeCrossesTheTable) {
@@ -209,7 +213,8 @@ TEST(Layers, NoIncludeCrossesTheTable) {
   std::vector<Include> includes;
   scan(kRoot, folders, includes);
   // The scan saw the project: its folders and a plausible number of includes.
-  for (const char* f : {"kernels", "pipelined", "compare", "dumps", "harness", "cli", "tests"})
+  for (const char* f : {"spec", "kernels", "pipelined", "compare", "dumps", "harness", "matrix",
+                        "cli", "tests"})
     EXPECT_TRUE(folders.count(f)) << f;
   EXPECT_GT(includes.size(), 300u);
   const auto bad = violations(rules, folders, includes);
@@ -220,24 +225,21 @@ TEST(Layers, NoIncludeCrossesTheTable) {
 
 using LayersCheck = parity::testing::TempDirTest;
 
-void write(const fs::path& p, const std::string& text) {
-  fs::create_directories(p.parent_path());
-  std::ofstream(p) << text;
-}
+using parity::testing::write_text;
 
 TEST_F(LayersCheck, AForbiddenIncludeIsCaughtWithFileLineAndRule) {
   const auto rules = parse_rules(
       "kernels:\npipelined: kernels\ncompare: kernels pipelined/routing.h\nharness: kernels "
       "pipelined compare\n");
-  write(dir_ / "kernels" / "ops.h", "#pragma once\n");
-  write(dir_ / "pipelined" / "routing.h", "#include \"kernels/ops.h\"\n");
-  write(dir_ / "pipelined" / "stage.cpp",
+  write_text(dir_ / "kernels" / "ops.h", "#pragma once\n");
+  write_text(dir_ / "pipelined" / "routing.h", "#include \"kernels/ops.h\"\n");
+  write_text(dir_ / "pipelined" / "stage.cpp",
         "// a comment\n#include <vector>\n#include \"pipelined/routing.h\"\n"
         "#include \"harness/closed_form.h\"\n");
-  write(dir_ / "compare" / "localise.cpp",
+  write_text(dir_ / "compare" / "localise.cpp",
         "#include \"pipelined/routing.h\"\n  #  include \"pipelined/trainer.h\"\n");
-  write(dir_ / "harness" / "closed_form.h", "#include \"compare/localise.h\"\n");
-  write(dir_ / "build" / "generated" / "x.cpp", "#include \"cli/anything.h\"\n");  // skipped
+  write_text(dir_ / "harness" / "closed_form.h", "#include \"compare/localise.h\"\n");
+  write_text(dir_ / "build" / "generated" / "x.cpp", "#include \"cli/anything.h\"\n");  // skipped
   std::set<std::string> folders;
   std::vector<Include> includes;
   scan(dir_, folders, includes);
@@ -253,9 +255,9 @@ TEST_F(LayersCheck, AForbiddenIncludeIsCaughtWithFileLineAndRule) {
 
 TEST_F(LayersCheck, AFolderWithCodeButNoLineIsCaught) {
   const auto rules = parse_rules("kernels:\n");
-  write(dir_ / "kernels" / "ops.cpp", "#include \"kernels/ops.h\"\n");
-  write(dir_ / "newroom" / "deep" / "thing.cpp", "#include \"kernels/ops.h\"\n");
-  write(dir_ / "docs" / "notes.txt", "#include \"anything.h\"\n");  // not code
+  write_text(dir_ / "kernels" / "ops.cpp", "#include \"kernels/ops.h\"\n");
+  write_text(dir_ / "newroom" / "deep" / "thing.cpp", "#include \"kernels/ops.h\"\n");
+  write_text(dir_ / "docs" / "notes.txt", "#include \"anything.h\"\n");  // not code
   std::set<std::string> folders;
   std::vector<Include> includes;
   scan(dir_, folders, includes);

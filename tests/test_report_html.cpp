@@ -81,7 +81,7 @@ rp::MatrixResult synthetic() {
 
   // Loss identical at step 1 only; grad norm identical at steps 1 and 2.
   rp::CellResult cached = cell("pp2vp2_cached", "pp2 x vp2, cached", "ref");
-  cached.cell.trainer = "pipelined";
+  cached.cell.trainer = parity::spec::Trainer::Pipelined;
   cached.cell.pp = 2;
   cached.cell.vp = 2;
   for (int i = 0; i < 6; ++i)
@@ -351,7 +351,7 @@ TEST(RenderHtml, SurvivesMissingData) {
   ref.status = "failed";
   ref.error = "exit status 134";
   rp::CellResult pp = cell("pp2", "pp2", "ref");
-  pp.cell.trainer = "pipelined";
+  pp.cell.trainer = parity::spec::Trainer::Pipelined;
   pp.steps.push_back(point(1, 8.0, 2.0));
   pp.layout = nlohmann::json{{"stages", {{{"stage", "zero"}}}}};
   rp::CellResult none = cell("none", "nothing", "ref");

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-namespace parity::harness {
+namespace parity::spec {
 
 constexpr int64_t kMaxSteps = 1'000'000;
 constexpr int64_t kMaxMicrobatches = 1024;
@@ -18,8 +18,9 @@ constexpr int64_t kMaxClosedFormSteps = 100;
 constexpr int64_t kMaxBenchSteps = 1000;
 constexpr double kMaxLr = 1e12;  // a divergence on purpose takes 1e9
 constexpr double kMaxTimeoutS = 86400;
+constexpr double kMaxMaxNorm = 1e6;  // the clipping threshold
 
 // Threads (intra-op or comparison): at most 4 x the cores this machine has.
 int max_threads();
 
-}  // namespace parity::harness
+}  // namespace parity::spec

@@ -20,9 +20,9 @@
 
 #include <string>
 
-#include "harness/matrix_runner.h"
+#include "matrix/runner.h"
 
-namespace parity::harness {
+namespace parity::matrix {
 
 struct PlanJob {
   std::string file;          // a matrix file, or a shipped one (quick, seed)
@@ -41,4 +41,4 @@ struct JudgeJob {
 int matrix_plan_command(PlanJob& job);
 int matrix_judge_command(const JudgeJob& job);
 
-}  // namespace parity::harness
+}  // namespace parity::matrix

@@ -1,4 +1,4 @@
-#include "harness/matrix_judge.h"
+#include "matrix/judge.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,7 +11,7 @@
 #include "compare/localise.h"
 #include "dumps/dump.h"
 
-namespace parity::harness {
+namespace parity::matrix {
 
 namespace fs = std::filesystem;
 using reports::CellResult;
@@ -228,4 +228,4 @@ void judge_cell(CellResult& c, const CellResult* ref, const fs::path& cells_dir)
   });
 }
 
-}  // namespace parity::harness
+}  // namespace parity::matrix

@@ -1,4 +1,4 @@
-#include "harness/matrix_reports.h"
+#include "matrix/reports.h"
 
 #include <unistd.h>
 
@@ -15,7 +15,7 @@
 #include "reports/drift.h"
 #include "reports/render.h"
 
-namespace parity::harness {
+namespace parity::matrix {
 
 namespace fs = std::filesystem;
 
@@ -25,7 +25,7 @@ void write_file(const fs::path& p, const std::string& text) {
   try {
     dumps::write_file_atomically(p.string(), text);
   } catch (const std::exception& e) {
-    throw UsageError(std::string(e.what()) + "; give a path you can write");
+    throw harness::UsageError(std::string(e.what()) + "; give a path you can write");
   }
 }
 
@@ -44,7 +44,7 @@ void add_injections(const std::vector<std::string>& specs, MatrixRunOptions& run
   for (const auto& spec : specs) {
     const auto eq = spec.find('=');
     if (eq == std::string::npos || eq == 0)
-      throw UsageError("--inject '" + spec + "': expected CELL=KIND:block=B,stage=S");
+      throw harness::UsageError("--inject '" + spec + "': expected CELL=KIND:block=B,stage=S");
     run.inject.push_back({spec.substr(0, eq), spec.substr(eq + 1)});
   }
 }
@@ -80,15 +80,15 @@ void write_side_reports(const reports::MatrixResult& r, const std::string& junit
   try {
     if (!junit.empty()) dumps::write_junit(junit, {{"parity.matrix." + r.matrix, junit_cases(r)}});
   } catch (const std::exception& e) {
-    throw UsageError(std::string(e.what()) + "; give a --junit path you can write");
+    throw harness::UsageError(std::string(e.what()) + "; give a --junit path you can write");
   }
   if (!markdown.empty()) write_file(markdown, reports::render_markdown(r));
 }
 
 int matrix_run_command(MatrixJob& o) {
-  if (!o.history.empty()) check_output_file("--history", o.history);  // before any cell runs
-  if (!o.junit.empty()) check_output_file("--junit", o.junit);
-  if (!o.markdown.empty()) check_output_file("--markdown", o.markdown);
+  if (!o.history.empty()) harness::check_output_file("--history", o.history);  // before any cell runs
+  if (!o.junit.empty()) harness::check_output_file("--junit", o.junit);
+  if (!o.markdown.empty()) harness::check_output_file("--markdown", o.markdown);
   const auto m = reports::load_matrix(o.file);
   add_injections(o.inject, o.run);
   if (o.run.jobs <= 0) o.run.jobs = static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
@@ -111,12 +111,12 @@ int matrix_run_command(MatrixJob& o) {
 }
 
 int report_command(const ReportJob& o) {
-  if (!o.out.empty()) check_output_file("--out", o.out);
+  if (!o.out.empty()) harness::check_output_file("--out", o.out);
   const auto r = reports::read_results(o.dir);
   std::unique_ptr<reports::Trend> trend;
   if (!o.history.empty()) {
     if (!fs::exists(o.history))
-      throw UsageError("--history '" + o.history + "' does not exist; give the file a "
+      throw harness::UsageError("--history '" + o.history + "' does not exist; give the file a "
                        "`parity matrix run --history` appended to");
     trend = std::make_unique<reports::Trend>(reports::trend(reports::read_history(o.history, o.last)));
   }
@@ -133,4 +133,4 @@ int report_command(const ReportJob& o) {
   return r.complete() && r.gates_ok() ? 0 : 1;
 }
 
-}  // namespace parity::harness
+}  // namespace parity::matrix

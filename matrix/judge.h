@@ -8,7 +8,7 @@
 
 #include "reports/results.h"
 
-namespace parity::harness {
+namespace parity::matrix {
 
 // Fills every non-reference cell's step1, verdicts and gate from the dumps under
 // cells_dir/<name>/dump. A cell or reference that did not finish gets the reason instead;
@@ -24,4 +24,4 @@ void judge_cell(reports::CellResult& c, const reports::CellResult* ref,
 // has one, fails saying so.
 void judging_failed(reports::CellResult& c, const reports::CellResult* ref, const std::string& why);
 
-}  // namespace parity::harness
+}  // namespace parity::matrix

@@ -1,4 +1,4 @@
-// `parity matrix run` and `parity report` (DESIGN.md section 7): a matrix run with its
+// `parity matrix run` and `parity report` (docs/design.md section 7): a matrix run with its
 // history and every rendering beside results.json, and a run directory rendered again.
 //
 // Exit codes of both: 0 every cell ran and every gate passed, 1 otherwise.
@@ -8,11 +8,11 @@
 #include <vector>
 
 #include "dumps/junit.h"
-#include "harness/matrix_runner.h"
+#include "matrix/runner.h"
 #include "reports/history.h"
 #include "reports/results.h"
 
-namespace parity::harness {
+namespace parity::matrix {
 
 struct MatrixJob {
   std::string file;                 // a matrix file, or a shipped one (quick, seed)
@@ -33,11 +33,11 @@ struct ReportJob {
 };
 
 // report.txt, .md, .json, .csv and .html in `dir`, beside results.json, so that a run
-// directory is a report on its own. Throws UsageError when a file cannot be written.
+// directory is a report on its own. Throws harness::UsageError when a file cannot be written.
 void write_reports(const std::string& dir, const reports::MatrixResult& r,
                    const reports::Trend* trend);
 
-// --inject CELL=KIND:block=B,stage=S specs into the run's (cell, fault) pairs; UsageError on
+// --inject CELL=KIND:block=B,stage=S specs into the run's (cell, fault) pairs; harness::UsageError on
 // a spec without a cell.
 void add_injections(const std::vector<std::string>& specs, MatrixRunOptions& run);
 
@@ -49,11 +49,11 @@ std::vector<dumps::JunitCase> junit_cases(const reports::MatrixResult& r);
 void write_side_reports(const reports::MatrixResult& r, const std::string& junit,
                         const std::string& markdown);
 
-// Runs the matrix (harness/matrix_runner.h), appends to the history, writes the reports and
-// prints the text report. Throws UsageError for bad input, Interrupted when stopped.
+// Runs the matrix (matrix/runner.h), appends to the history, writes the reports and
+// prints the text report. Throws harness::UsageError for bad input, Interrupted when stopped.
 int matrix_run_command(MatrixJob& job);
 
 // Renders DIR/results.json in the chosen format.
 int report_command(const ReportJob& job);
 
-}  // namespace parity::harness
+}  // namespace parity::matrix

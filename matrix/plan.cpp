@@ -1,4 +1,4 @@
-#include "harness/matrix_plan.h"
+#include "matrix/plan.h"
 
 #include <nlohmann/json.hpp>
 
@@ -10,15 +10,15 @@
 
 #include "dumps/temp_files.h"
 #include "harness/errors.h"
-#include "harness/matrix_cells.h"
-#include "harness/matrix_judge.h"
-#include "harness/matrix_reports.h"
+#include "matrix/cells.h"
+#include "matrix/judge.h"
+#include "matrix/reports.h"
 #include "harness/run_options.h"
 #include "harness/validate.h"
 #include "reports/matrix.h"
 #include "reports/render.h"
 
-namespace parity::harness {
+namespace parity::matrix {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -29,7 +29,7 @@ constexpr int kPlanVersion = 1;
 
 std::string sh_line(const std::vector<std::string>& args) {
   std::string s;
-  for (const auto& a : args) s += (s.empty() ? "" : " ") + shell_quote(a);
+  for (const auto& a : args) s += (s.empty() ? "" : " ") + harness::shell_quote(a);
   return s;
 }
 
@@ -43,16 +43,16 @@ json fingerprint(const reports::MatrixResult& r) {
 json read_plan(const std::string& dir) {
   const fs::path p = fs::path(dir) / "plan.json";
   if (!fs::is_directory(dir))
-    throw UsageError("'" + dir + "' is not a directory; give the --out directory of "
+    throw harness::UsageError("'" + dir + "' is not a directory; give the --out directory of "
                      "`parity matrix plan`");
   std::ifstream in(p);
   if (!in)
-    throw UsageError("'" + dir + "' holds no plan.json: `parity matrix plan FILE --out " + dir +
+    throw harness::UsageError("'" + dir + "' holds no plan.json: `parity matrix plan FILE --out " + dir +
                      "` writes one");
   json j = json::parse(in, nullptr, false);
   if (j.is_discarded() || !j.is_object() || j.value("plan_version", 0) != kPlanVersion ||
       !j.contains("result") || !j.contains("fingerprint"))
-    throw UsageError("'" + p.string() + "' is not a plan parity wrote (or a newer one); plan "
+    throw harness::UsageError("'" + p.string() + "' is not a plan parity wrote (or a newer one); plan "
                      "the matrix again");
   return j;
 }
@@ -62,26 +62,26 @@ json read_plan(const std::string& dir) {
 int matrix_plan_command(PlanJob& o) {
   const auto m = reports::load_matrix(o.file);
   add_injections(o.inject, o.run);
-  reports::MatrixResult r = matrix_detail::prepare_cells(m, o.run);
+  reports::MatrixResult r = detail::prepare_cells(m, o.run);
   const fs::path out = fs::absolute(o.run.out_dir);
   if (fs::exists(out) && !fs::is_directory(out))
-    throw UsageError("--out '" + o.run.out_dir + "' is a file; give a directory");
+    throw harness::UsageError("--out '" + o.run.out_dir + "' is a file; give a directory");
   if (fs::exists(out / "plan.json")) {
     const json old = read_plan(out.string());
     if (old["fingerprint"] != fingerprint(r))
-      throw UsageError("--out '" + o.run.out_dir + "' holds the plan of another matrix ('" +
+      throw harness::UsageError("--out '" + o.run.out_dir + "' holds the plan of another matrix ('" +
                        old["fingerprint"].value("matrix", std::string("?")) +
                        "', or other cells); give a new directory");
   } else if (fs::exists(out) && !fs::is_empty(out)) {
-    throw UsageError("--out '" + o.run.out_dir + "' is not empty and holds no plan; give a new "
+    throw harness::UsageError("--out '" + o.run.out_dir + "' is not empty and holds no plan; give a new "
                      "or empty directory");
   }
   std::error_code ec;
   fs::create_directories(out / "seeds", ec);
   fs::create_directories(out / "cells", ec);
-  if (ec) throw UsageError("cannot create '" + o.run.out_dir + "': " + ec.message());
+  if (ec) throw harness::UsageError("cannot create '" + o.run.out_dir + "': " + ec.message());
 
-  const std::string self = matrix_detail::self_binary();
+  const std::string self = detail::self_binary();
   std::map<std::string, std::string> seeds;
   for (const auto& c : r.cells) {
     const std::string shape = c.cell.batch_shape();
@@ -89,13 +89,13 @@ int matrix_plan_command(PlanJob& o) {
     const fs::path file = out / "seeds" / (shape + ".h5");
     const fs::path log = out / "seeds" / (shape + ".log");
     if (!fs::exists(file)) {
-      const int code = matrix_detail::run_seed_init(
-          {self, "init", "--flavor", c.cell.flavor, "--seed", std::to_string(c.cell.seed),
+      const int code = detail::run_seed_init(
+          {self, "init", "--flavor", spec::to_string(c.cell.flavor), "--seed", std::to_string(c.cell.seed),
            "--out", file.string()},
           log);
       if (code != 0)
         throw std::runtime_error("the seed checkpoint " + shape + " could not be made: " +
-                                 matrix_detail::last_error(log));
+                                 detail::last_error(log));
     }
     seeds[shape] = file.string();
     std::cerr << "matrix plan " << m.name << ": seed checkpoint " << shape << "\n";
@@ -105,9 +105,9 @@ int matrix_plan_command(PlanJob& o) {
   for (const auto& c : r.cells) {
     const fs::path dir = out / "cells" / c.cell.name;
     fs::create_directories(dir, ec);
-    const auto args = matrix_detail::cell_command(c.cell, self, seeds[c.cell.batch_shape()], dir,
+    const auto args = detail::cell_command(c.cell, self, seeds[c.cell.batch_shape()], dir,
                                                   o.run.tokens);
-    const std::string q = shell_quote(dir.string());
+    const std::string q = harness::shell_quote(dir.string());
     std::string script =
         "#!/bin/sh\n"
         "# parity matrix plan: cell " + c.cell.name + " of matrix " + m.name + ". Any scheduler "
@@ -120,7 +120,7 @@ int matrix_plan_command(PlanJob& o) {
         "/exit_status\n"
         "exit $status\n";
     dumps::write_file_atomically((dir / "run.sh").string(), script);
-    const std::string line = "sh " + shell_quote((dir / "run.sh").string());
+    const std::string line = "sh " + harness::shell_quote((dir / "run.sh").string());
     commands += line + "\n";
     lines.push_back(line);
   }
@@ -141,14 +141,14 @@ int matrix_plan_command(PlanJob& o) {
 }
 
 int matrix_judge_command(const JudgeJob& o) {
-  if (!o.junit.empty()) check_output_file("--junit", o.junit);
-  if (!o.markdown.empty()) check_output_file("--markdown", o.markdown);
+  if (!o.junit.empty()) harness::check_output_file("--junit", o.junit);
+  if (!o.markdown.empty()) harness::check_output_file("--markdown", o.markdown);
   const json plan = read_plan(o.dir);
   reports::MatrixResult r = reports::from_json(plan["result"]);
   if (!o.matrix.empty()) {
     const auto m = reports::load_matrix(o.matrix);
     if (m.name != r.matrix)
-      throw UsageError("'" + o.dir + "' is a plan of matrix '" + r.matrix + "' (" +
+      throw harness::UsageError("'" + o.dir + "' is a plan of matrix '" + r.matrix + "' (" +
                        plan.value("source", std::string("?")) + "), not of '" + m.name + "'");
   }
   const fs::path cells = fs::path(o.dir) / "cells";
@@ -163,12 +163,12 @@ int matrix_judge_command(const JudgeJob& o) {
       ++not_run;
       continue;
     }
-    matrix_detail::collect(c, dir);
-    c.warnings = matrix_detail::warnings(dir / "log.txt");
+    detail::collect(c, dir);
+    c.warnings = detail::warnings(dir / "log.txt");
     const bool all_steps = static_cast<int64_t>(c.steps.size()) == c.cell.steps;
     c.status = code == 0 && all_steps ? "ok" : "failed";
     if (code != 0) {
-      const std::string why = matrix_detail::last_error(dir / "log.txt");
+      const std::string why = detail::last_error(dir / "log.txt");
       c.error = (code > 128 ? "killed by signal " + std::to_string(code - 128)
                             : "exit " + std::to_string(code)) +
                 (why.empty() ? "" : ": " + why);
@@ -189,4 +189,4 @@ int matrix_judge_command(const JudgeJob& o) {
   return r.complete() && r.gates_ok() ? 0 : 1;
 }
 
-}  // namespace parity::harness
+}  // namespace parity::matrix

@@ -15,9 +15,9 @@
 
 #include <string>
 
-#include "harness/matrix_runner.h"
+#include "matrix/runner.h"
 
-namespace parity::harness {
+namespace parity::matrix {
 
 constexpr int kGateCannotRun = 125;
 
@@ -35,4 +35,4 @@ struct GateOptions {
 // the summary and the verdict on stdout, why it cannot run on stderr.
 int run_gate(GateOptions& o);
 
-}  // namespace parity::harness
+}  // namespace parity::matrix

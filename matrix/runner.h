@@ -1,5 +1,5 @@
 // Running a matrix: one `parity train` child process per cell, a few at a time, then each cell
-// against its reference at step 1 (DESIGN.md section 7).
+// against its reference at step 1 (docs/design.md section 7).
 //
 // DIR/
 //   results.json               the MatrixResult, rewritten after every cell (reports/results.h)
@@ -15,6 +15,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -22,14 +23,15 @@
 
 #include "reports/matrix.h"
 #include "reports/results.h"
+#include "spec/options.h"
 
-namespace parity::harness {
+namespace parity::matrix {
 
 struct MatrixRunOptions {
   std::string out_dir;
   int jobs = 1;               // cores to keep busy (a cell takes Cell::cores() of them)
   int64_t steps = 0;          // > 0: every cell runs this many steps (the gate: 1)
-  std::string device;         // non-empty: every cell runs on this device ("cpu", "cuda")
+  std::optional<spec::Device> device;  // set: every cell runs on this device
   std::string tokens;         // non-empty: every cell reads this token file (train --tokens)
   std::vector<std::string> only;  // cell names to run (their references are added); empty: all
   std::vector<std::pair<std::string, std::string>> inject;  // (cell, fault spec) added
@@ -53,8 +55,8 @@ class Interrupted : public std::runtime_error {
   int signal_;
 };
 
-// Runs the cells and the step-1 comparisons, writes DIR/results.json. Throws UsageError for a
+// Runs the cells and the step-1 comparisons, writes DIR/results.json. Throws harness::UsageError for a
 // bad --out or --only, Interrupted when stopped; a cell's failure is recorded, not thrown.
 reports::MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o);
 
-}  // namespace parity::harness
+}  // namespace parity::matrix

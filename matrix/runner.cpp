@@ -1,4 +1,4 @@
-#include "harness/matrix_runner.h"
+#include "matrix/runner.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -28,15 +28,15 @@
 #include "dumps/temp_files.h"
 #include "harness/errors.h"
 #include "harness/layout_json.h"
-#include "harness/matrix_cells.h"
-#include "harness/matrix_judge.h"
+#include "matrix/cells.h"
+#include "matrix/judge.h"
 #include "harness/run_options.h"
 #include "harness/signals.h"
 #include "harness/validate.h"
 #include "harness/version.h"
 #include "kernels/config.h"
 
-namespace parity::harness {
+namespace parity::matrix {
 
 namespace fs = std::filesystem;
 using reports::Cell;
@@ -62,7 +62,7 @@ void remove_leftover_temps(const fs::path& dir) {
 
 }  // namespace
 
-namespace matrix_detail {
+namespace detail {
 
 std::string self_binary() {
   std::error_code ec;
@@ -85,11 +85,11 @@ std::string slurp(const fs::path& p) {
   return ss.str();
 }
 
-}  // namespace matrix_detail
+}  // namespace detail
 
 namespace {
 
-using namespace matrix_detail;
+using namespace detail;
 
 // Starts `args` with stdout and stderr into `log`, in its own process group (so that the
 // cell and any workers it forks can be stopped together).
@@ -125,7 +125,7 @@ int run_to_end(const std::vector<std::string>& args, const fs::path& log) {
     if (p == pid) break;
     if (p < 0 && errno != EINTR) return 127;
     if (g_interrupted) {
-      status = stop_and_reap(pid, /*group=*/true, 5.0);
+      status = harness::stop_and_reap(pid, /*group=*/true, 5.0);
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -136,7 +136,7 @@ int run_to_end(const std::vector<std::string>& args, const fs::path& log) {
 
 }  // namespace
 
-namespace matrix_detail {
+namespace detail {
 
 int run_seed_init(const std::vector<std::string>& args, const fs::path& log) {
   return run_to_end(args, log);
@@ -166,7 +166,7 @@ std::vector<std::string> warnings(const fs::path& log) {
   return out;
 }
 
-}  // namespace matrix_detail
+}  // namespace detail
 
 namespace {
 
@@ -177,7 +177,7 @@ int64_t count_lines(const fs::path& p) {
 
 }  // namespace
 
-namespace matrix_detail {
+namespace detail {
 
 // The cell's logged steps and run figures, whatever state it ended in.
 void collect(CellResult& c, const fs::path& dir) {
@@ -221,17 +221,11 @@ void collect(CellResult& c, const fs::path& dir) {
 void check_cell(const Cell& c, nlohmann::json& layout) {
   const auto mc = kernels::flavor(c.flavor);
   if (!c.pipelined()) return;
-  layout = layout_json(mc.n_layers, mc.layers_per_block, c.pp, c.vp, c.split);
+  layout = harness::layout_json(mc.n_layers, mc.layers_per_block, c.pp, c.vp, c.split);
   if (c.inject.empty()) return;
-  RunOptions ro;
-  ro.flavor = c.flavor;
-  ro.pp = c.pp;
-  ro.vp = c.vp;
-  ro.split = c.split;
-  ro.cache = c.cache;
-  ro.schedule = c.schedule;
-  ro.inject = c.inject;
-  check_faults(mc, pipeline_config(ro), c.microbatches);
+  harness::RunOptions ro;
+  static_cast<spec::RunSpec&>(ro) = c;
+  harness::check_faults(mc, harness::pipeline_config(ro), c.microbatches);
 }
 
 MatrixResult prepare_cells(const reports::Matrix& m, const MatrixRunOptions& o) {
@@ -239,21 +233,21 @@ MatrixResult prepare_cells(const reports::Matrix& m, const MatrixRunOptions& o) 
   std::set<std::string> wanted(o.only.begin(), o.only.end());
   for (const auto& n : o.only) {
     const Cell* c = m.find(n);
-    if (!c) throw UsageError("--only: no cell named '" + n + "' in " + m.source);
+    if (!c) throw harness::UsageError("--only: no cell named '" + n + "' in " + m.source);
     if (!c->reference.empty()) wanted.insert(c->reference);
   }
   for (const auto& [name, spec] : o.inject) {
     const Cell* c = m.find(name);
-    if (!c) throw UsageError("--inject: no cell named '" + name + "' in " + m.source);
-    if (!c->pipelined()) throw UsageError("--inject: cell '" + name + "' is not pipelined");
+    if (!c) throw harness::UsageError("--inject: no cell named '" + name + "' in " + m.source);
+    if (!c->pipelined()) throw harness::UsageError("--inject: cell '" + name + "' is not pipelined");
     if (!wanted.empty() && !wanted.count(name))
-      throw UsageError("--inject: cell '" + name + "' is not among the --only cells; add it there");
+      throw harness::UsageError("--inject: cell '" + name + "' is not among the --only cells; add it there");
   }
 
   MatrixResult r;
   r.matrix = m.name;
   r.source = m.source;
-  r.git_sha = git_sha();
+  r.git_sha = harness::git_sha();
   r.started = now_iso();
   r.report_steps = m.report_steps;
   for (const auto& c : m.cells) {
@@ -261,13 +255,13 @@ MatrixResult prepare_cells(const reports::Matrix& m, const MatrixRunOptions& o) 
     CellResult cr;
     cr.cell = c;
     if (o.steps > 0) cr.cell.steps = o.steps;
-    if (!o.device.empty()) cr.cell.device = o.device;
+    if (o.device) cr.cell.device = *o.device;
     for (const auto& [name, spec] : o.inject)
       if (name == c.name) cr.cell.inject.push_back(spec);
     try {
       check_cell(cr.cell, cr.layout);
     } catch (const std::exception& e) {
-      throw UsageError(m.source + " (cell '" + c.name + "'): " + e.what());
+      throw harness::UsageError(m.source + " (cell '" + c.name + "'): " + e.what());
     }
     cr.log = "cells/" + c.name + "/log.txt";
     r.cells.push_back(std::move(cr));
@@ -291,7 +285,9 @@ std::vector<size_t> launch_order(const std::vector<CellResult>& cells) {
     const double tokens = static_cast<double>(c.steps) * c.dp * c.microbatches * c.rows *
                           static_cast<double>(c.seq_len);
     // Per step on debugmodel, fp32 takes about 4/3 of bf16's time; fp64 is taken as twice fp32.
-    const double width = c.dtype == "fp64" ? 8.0 / 3.0 : c.dtype == "fp32" ? 4.0 / 3.0 : 1.0;
+    const double width = c.dtype == spec::Precision::FP64   ? 8.0 / 3.0
+                         : c.dtype == spec::Precision::FP32 ? 4.0 / 3.0
+                                                            : 1.0;
     return tokens * width / c.cores();
   };
   std::vector<size_t> order(cells.size());
@@ -305,14 +301,17 @@ std::vector<size_t> launch_order(const std::vector<CellResult>& cells) {
 std::vector<std::string> cell_command(const Cell& cell, const std::string& self,
                                       const std::string& seed, const fs::path& dir,
                                       const std::string& tokens) {
+  // The cell's run, on the matrix's seed checkpoint (and token file), then its outputs.
+  Cell run = cell;
+  run.init_path = seed;
+  if (!tokens.empty()) run.tokens_path = tokens;
   std::vector<std::string> args = {self, "train"};
-  for (auto& a : cell.train_args()) args.push_back(a);
+  for (auto& a : run.train_args()) args.push_back(a);
   for (const std::string& a :
-       {std::string("--init"), seed, std::string("--metrics"), (dir / "metrics.jsonl").string(),
-        std::string("--summary"), (dir / "summary.json").string(), std::string("--dump"),
-        (dir / "dump").string(), std::string("--dump-steps"), std::string("1")})
+       {std::string("--metrics"), (dir / "metrics.jsonl").string(), std::string("--summary"),
+        (dir / "summary.json").string(), std::string("--dump"), (dir / "dump").string(),
+        std::string("--dump-steps"), std::string("1")})
     args.push_back(a);
-  if (!tokens.empty()) args.insert(args.end(), {"--tokens", tokens});
   // The ledger costs only the dumped step; it is read for pipelined cells and their
   // references, and multi-process runs cannot record one yet.
   if (!cell.multi_process() && (cell.pipelined() || cell.reference.empty()))
@@ -320,7 +319,7 @@ std::vector<std::string> cell_command(const Cell& cell, const std::string& self,
   return args;
 }
 
-}  // namespace matrix_detail
+}  // namespace detail
 
 namespace {
 
@@ -356,7 +355,7 @@ struct Running {
   int cores;  // what it counts against --jobs
 };
 
-// A cell being judged against its reference (matrix_judge.h) in a process of its own, forked
+// A cell being judged against its reference (matrix/judge.h) in a process of its own, forked
 // from this one while it has one thread: the reads' crash guard forks in turn, which a second
 // thread holding HDF5's lock would deadlock. The child writes the judged cell to `file`.
 struct Judging {
@@ -422,19 +421,19 @@ std::string judgement_line(const CellResult& c) {
 MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
   const auto t0 = Clock::now();
   const fs::path out(o.out_dir);
-  if (o.out_dir.empty()) throw UsageError("matrix run needs --out DIR");
+  if (o.out_dir.empty()) throw harness::UsageError("matrix run needs --out DIR");
   if (fs::exists(out) && !fs::is_directory(out))
-    throw UsageError("--out '" + o.out_dir + "' is a file; give a directory");
+    throw harness::UsageError("--out '" + o.out_dir + "' is a file; give a directory");
   if (fs::exists(out) && !fs::is_empty(out) && !fs::exists(out / "results.json"))
-    throw UsageError("--out '" + o.out_dir + "' is not empty and holds no earlier matrix run; "
+    throw harness::UsageError("--out '" + o.out_dir + "' is not empty and holds no earlier matrix run; "
                      "give a new or empty directory");
-  MatrixResult r = matrix_detail::prepare_cells(m, o);
+  MatrixResult r = detail::prepare_cells(m, o);
   if (o.on_start) o.on_start(r);
   // Everything checked: only now is anything written.
   std::error_code ec;
   fs::create_directories(out / "cells", ec);
   fs::create_directories(out / "seeds", ec);
-  if (ec) throw UsageError("cannot create '" + o.out_dir + "': " + ec.message());
+  if (ec) throw harness::UsageError("cannot create '" + o.out_dir + "': " + ec.message());
   reports::write_results(o.out_dir, r);
 
   const std::string self = self_binary();
@@ -458,7 +457,7 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
     const std::string shape = c.cell.batch_shape();
     if (seeds.count(shape)) continue;
     const fs::path file = out / "seeds" / (shape + ".h5");
-    const int code = run_to_end({self, "init", "--flavor", c.cell.flavor, "--seed",
+    const int code = run_to_end({self, "init", "--flavor", spec::to_string(c.cell.flavor), "--seed",
                                  std::to_string(c.cell.seed), "--out", file.string()},
                                 out / "seeds" / (shape + ".log"));
     seeds[shape] = code == 0 ? file.string() : "";
@@ -471,7 +470,7 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
   // The cells, longest first, as many at once as the cores allow; then, on the cores they
   // leave free, each cell's judgement as soon as it and its reference have ended.
   const bool tty = ::isatty(2) && !o.quiet;
-  const std::vector<size_t> order = matrix_detail::launch_order(r.cells);
+  const std::vector<size_t> order = detail::launch_order(r.cells);
   std::vector<Running> running;
   std::vector<Judging> judging;
   std::vector<char> judge_started(r.cells.size(), 0);
@@ -518,7 +517,7 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
         ++done;
         continue;
       }
-      const auto args = matrix_detail::cell_command(cr.cell, self, seed, dir, o.tokens);
+      const auto args = detail::cell_command(cr.cell, self, seed, dir, o.tokens);
       running.push_back({order[next], spawn(args, dir / "log.txt"), Clock::now(), need});
       busy += need;
       if (!tty) say("[start " + std::to_string(next + 1) + "/" + std::to_string(r.cells.size()) +
@@ -560,7 +559,7 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
       const fs::path dir = out / "cells" / cr.cell.name;
       if (timed_out) {  // stop the cell and its workers
         keep_logged_steps(dir, running[i].pid);
-        status = stop_and_reap(running[i].pid, /*group=*/true, 5.0);
+        status = harness::stop_and_reap(running[i].pid, /*group=*/true, 5.0);
       }
       remove_leftover_temps(dir);
       cr.wall_seconds = secs;
@@ -666,4 +665,4 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
   return r;
 }
 
-}  // namespace parity::harness
+}  // namespace parity::matrix

@@ -1,4 +1,4 @@
-#include "harness/gate.h"
+#include "matrix/gate.h"
 
 #include <unistd.h>
 
@@ -12,12 +12,12 @@
 #include "dumps/junit.h"
 #include "dumps/temp_files.h"
 #include "harness/closed_form.h"
-#include "harness/matrix_reports.h"
+#include "matrix/reports.h"
 #include "harness/validate.h"
 #include "reports/matrix.h"
 #include "reports/render.h"
 
-namespace parity::harness {
+namespace parity::matrix {
 
 namespace fs = std::filesystem;
 
@@ -30,10 +30,10 @@ int closed_forms(const reports::Matrix& m, const std::string& device, bool quiet
   std::set<std::pair<int, int>> shapes;
   for (const auto& c : m.cells)
     if (c.gate != reports::Gate::None && c.pipelined()) shapes.insert({c.pp, c.vp});
-  std::vector<ClosedFormOptions> runs(1);  // the reference first
+  std::vector<harness::ClosedFormOptions> runs(1);  // the reference first
   for (const auto& [pp, vp] : shapes)
     for (const char* cache : {"off", "on"}) {
-      ClosedFormOptions o;
+      harness::ClosedFormOptions o;
       o.pipelined = true;
       o.pipeline.pp = pp;
       o.pipeline.vp = vp;
@@ -47,7 +47,7 @@ int closed_forms(const reports::Matrix& m, const std::string& device, bool quiet
     o.precision = kernels::Precision::BF16;
     o.device = device;
     const auto t0 = std::chrono::steady_clock::now();
-    const auto r = run_closed_form(o);
+    const auto r = harness::run_closed_form(o);
     if (!r.pass()) ++failed;
     dumps::JunitCase jc;
     jc.classname = "parity.gate.closed_form";
@@ -81,8 +81,8 @@ int closed_forms(const reports::Matrix& m, const std::string& device, bool quiet
 }  // namespace
 
 int run_gate(GateOptions& o) {
-  if (!o.junit.empty()) check_output_file("--junit", o.junit);
-  if (!o.markdown.empty()) check_output_file("--markdown", o.markdown);
+  if (!o.junit.empty()) harness::check_output_file("--junit", o.junit);
+  if (!o.markdown.empty()) harness::check_output_file("--markdown", o.markdown);
   reports::Matrix m;
   try {
     m = reports::load_matrix(o.matrix);
@@ -133,7 +133,7 @@ int run_gate(GateOptions& o) {
     if (const auto* c = r.find(jc.name); c && c->cell.gate != reports::Gate::None) cells.push_back(jc);
   if (o.closed_forms) {
     try {
-      failed += closed_forms(m, o.run.device.empty() ? "cpu" : o.run.device, o.run.quiet, forms);
+      failed += closed_forms(m, spec::to_string(o.run.device.value_or(spec::Device::Cpu)), o.run.quiet, forms);
     } catch (const std::exception& e) {
       return cannot_run(std::string("the closed forms: ") + e.what());
     }
@@ -157,4 +157,4 @@ int run_gate(GateOptions& o) {
   return failed == 0 ? 0 : 1;
 }
 
-}  // namespace parity::harness
+}  // namespace parity::matrix

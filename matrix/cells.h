@@ -7,18 +7,18 @@
 #include <string>
 #include <vector>
 
-#include "harness/matrix_runner.h"
+#include "matrix/runner.h"
 #include "reports/matrix.h"
 #include "reports/results.h"
 
-namespace parity::harness::matrix_detail {
+namespace parity::matrix::detail {
 
 std::string self_binary();  // this parity binary's path
 std::string now_iso();      // the time, ISO 8601 UTC
 
 // The cells to run (all, or --only and their references, with --steps, --device and --inject
 // applied), each checked as `parity train` would check it, and the report steps cut to the
-// cells' last step. Throws UsageError naming the cell.
+// cells' last step. Throws harness::UsageError naming the cell.
 reports::MatrixResult prepare_cells(const reports::Matrix& m, const MatrixRunOptions& o);
 
 // The order to start the cells in: the longest first, by a rough measure of the work per core
@@ -42,4 +42,4 @@ void collect(reports::CellResult& c, const std::filesystem::path& dir);
 std::string last_error(const std::filesystem::path& log);
 std::vector<std::string> warnings(const std::filesystem::path& log);
 
-}  // namespace parity::harness::matrix_detail
+}  // namespace parity::matrix::detail

@@ -9,33 +9,41 @@ namespace parity::compare {
 
 namespace {
 
-// Round-to-nearest-even of a double to fp16 bits. Doubles hold every fp16 value and every
-// midpoint between two exactly, so one rounding here is the correct rounding.
-uint16_t double_to_half(double v) {
+// A 16-bit float format: `mant` stored significand bits, `emin` the exponent of its smallest
+// normal binade (the bias is 1 - emin), `inf_from` the magnitude that rounds to infinity (the
+// largest finite value plus half its spacing).
+struct Narrow {
+  int mant, emin;
+  double inf_from;
+};
+constexpr Narrow kHalf{10, -14, 65520.0};                    // 65504 + 16
+const Narrow kBf16{7, -126, std::ldexp(2.0 - 0x1p-8, 127)};  // (2 - 2^-7) 2^127 + 2^119
+
+// Round-to-nearest-even of a double to the format's bits. Doubles hold every fp16 and bf16
+// value and every midpoint between two of them exactly, so one rounding here is the correct
+// rounding (a detour through float would round twice: 1 + 2^-8 + 2^-30 becomes the float
+// 1 + 2^-8, a bf16 midpoint, which then ties to even and lands one ulp low).
+uint16_t round_to(const Narrow& f, double v) {
   const uint16_t sign = std::signbit(v) ? 0x8000 : 0;
+  const int exp_bits = 15 - f.mant;
+  const uint16_t inf = static_cast<uint16_t>(((1 << exp_bits) - 1) << f.mant);
+  if (std::isnan(v)) return sign | inf | static_cast<uint16_t>(1 << (f.mant - 1));  // quiet NaN
   const double a = std::fabs(v);
-  if (std::isnan(v)) return sign | 0x7e00;
-  if (a >= 65520.0) return sign | 0x7c00;  // rounds to infinity (65504 + half its spacing)
-  // Scale to an integer count of the spacing at a's binade (subnormals share 2^-24).
+  if (a >= f.inf_from) return sign | inf;
+  // Scale to an integer count of the spacing at a's binade (subnormals share the smallest).
   int e;
-  std::frexp(a, &e);                        // a = f 2^e, f in [0.5, 1)
-  const int exp = std::max(e - 1, -14);     // the exponent of a's binade, at least -14
-  const double q = std::nearbyint(std::ldexp(a, 10 - exp));  // 2^10 .. 2^11 steps (ties even)
+  std::frexp(a, &e);                          // a = g 2^e, g in [0.5, 1)
+  const int exp = std::max(e - 1, f.emin);    // the exponent of a's binade, at least emin
+  const double q = std::nearbyint(std::ldexp(a, f.mant - exp));  // 2^mant .. 2^(mant+1) steps
   int64_t n = static_cast<int64_t>(q);
-  int biased = exp + 15;
-  if (n >= 2048) {  // rounded up into the next binade
+  int biased = exp + 1 - f.emin;
+  if (n >= (int64_t{2} << f.mant)) {  // rounded up into the next binade
     n >>= 1;
     ++biased;
   }
-  if (n < 1024) return sign | static_cast<uint16_t>(n);  // subnormal (biased exponent 0)
-  return sign | static_cast<uint16_t>((biased << 10) | (n - 1024));
-}
-
-uint16_t float_to_bf16_bits(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  const uint32_t rounding = 0x7fff + ((bits >> 16) & 1);
-  return static_cast<uint16_t>((bits + rounding) >> 16);
+  const int64_t hidden = int64_t{1} << f.mant;
+  if (n < hidden) return sign | static_cast<uint16_t>(n);  // subnormal (biased exponent 0)
+  return sign | static_cast<uint16_t>((biased << f.mant) | (n - hidden));
 }
 
 }  // namespace
@@ -67,8 +75,8 @@ int64_t stored_ordinal(h5::DType t, const unsigned char* p, int64_t i) {
 
 int64_t ordinal_in(h5::DType t, double v) {
   switch (t) {
-    case h5::DType::BF16: return ordered_bits(float_to_bf16_bits(static_cast<float>(v)), 16);
-    case h5::DType::F16: return ordered_bits(double_to_half(v), 16);
+    case h5::DType::BF16: return ordered_bits(round_to(kBf16, v), 16);
+    case h5::DType::F16: return ordered_bits(round_to(kHalf, v), 16);
     case h5::DType::F32: {
       const float f = static_cast<float>(v);
       uint32_t b;

@@ -89,8 +89,14 @@ StepLedger read_ledger(const std::string& dump_path, int64_t step) {
   StepLedger out;
   bool any = false;
   for (const auto& p : dump_files(dump_path)) {
-    auto f = h5::File::open_read(p);
-    if (!h5::exists(f, ledger_group(step) + "/index.json")) continue;
+    bool has_ledger = false;
+    try {
+      auto f = h5::File::open_read(p);
+      has_ledger = h5::exists(f, ledger_group(step) + "/index.json");
+    } catch (const h5::Error& e) {  // a damaged file: refused as a dump, as the read below is
+      throw DumpError("'" + p + "' cannot be read as a dump (" + e.what() + "); " + dump_remedy());
+    }
+    if (!has_ledger) continue;
     any = true;
     parse_guarded(
         p,

@@ -310,29 +310,39 @@ TEST_P(AttnResForms, GradientsWithinDerivedBound) {
     {
       ASSERT_EQ(gf[i].scalar_type(), dt);
       const double g = gamma(depth[i], u_acc);
-      double rel = 2 * g + fused_extra;
-      if (dt == at::kBFloat16) rel += 2 * kUbf16 * (1 + g);
+      auto fb = 1.01 * (2 * g + fused_extra) * M[i];
+      // bf16: each side's fp32 result takes one final rounding to bf16, at most u_bf16 of the
+      // rounded value (round to nearest), charged element by element.
+      if (dt == at::kBFloat16)
+        fb = fb + kUbf16 * (gp[i].to(at::kDouble).abs() + gf[i].to(at::kDouble).abs());
       auto diff = (gp[i].to(at::kDouble) - gf[i].to(at::kDouble)).abs();
-      const int64_t wrong = (diff > 1.01 * rel * M[i]).sum().item<int64_t>();
+      const int64_t wrong = (diff > fb).sum().item<int64_t>();
       EXPECT_EQ(wrong, 0) << "fused: #wrong " << wrong << " of " << diff.numel();
     }
     ASSERT_EQ(gp[i].scalar_type(), dt);
     ASSERT_EQ(gr[i].scalar_type(), dt);
     const double g = gamma(depth[i], u_acc);
-    double rel = 2 * g;
-    if (dt == at::kBFloat16) rel += 2 * kUbf16 * (1 + g);
+    const double rel = 2 * g;
+    // Both sides sum in u_acc (fp32 for a bf16 stream): 2 gamma_k(u_acc) of the magnitude M.
+    // bf16 adds each side's one final rounding, u_bf16 of the rounded value, element by element
+    // (not 2 u_bf16 of M: M is ~70x the gradient where proj's and norm's sums cancel).
     auto bound = 1.01 * rel * M[i];
+    if (dt == at::kBFloat16)
+      bound = bound + kUbf16 * (gp[i].to(at::kDouble).abs() + gr[i].to(at::kDouble).abs());
     auto diff = (gp[i].to(at::kDouble) - gr[i].to(at::kDouble)).abs();
     const int64_t wrong = (diff > bound).sum().item<int64_t>();
     EXPECT_EQ(wrong, 0) << "#wrong " << wrong << " of " << diff.numel() << "; worst diff/bound "
                         << (diff / bound).max().item<double>();
-    // Not vacuous: the bound is 2 gamma_k (+ 2 u_bf16) of the magnitude M, i.e. < 1e-4
-    // relative in fp32 and < 1e-2 in bf16 for these depths; M exceeds |g| where the sums
-    // cancel (proj, norm), so the bound relative to |g| is printed as well.
+    // Not vacuous: the bound is 2 gamma_k of the magnitude M (< 1e-4 relative to M for these
+    // depths in fp32) plus, in bf16, u_bf16 of each side's value; M exceeds |g| where the sums
+    // cancel (proj, norm), so the bound relative to |g| is printed, and asserted below 2e-2.
     std::cout << "[ observed ] " << dtype_name(dt) << " N=" << N << " " << names[i]
               << ": max |diff| / (u_acc M) = " << (diff / (u_acc * M[i])).max().item<double>()
               << " (bound " << (1.01 * rel / u_acc) << "); max bound / max |g| = "
               << (bound.max() / gp[i].to(at::kDouble).abs().max()).item<double>() << "\n";
+    // 2e-2: the bf16 term is 2 u_bf16 = 7.8e-3 of the largest gradient; the fp32 sums add
+    // 2 gamma_198(u32) M = 2.4e-5 M with M up to ~80 |g|, i.e. another 1.9e-3.
+    EXPECT_LT((bound.max() / gp[i].to(at::kDouble).abs().max()).item<double>(), 2e-2);
   }
 }
 

@@ -418,11 +418,14 @@ steps = 2
 )");
   const auto out = path("run");
   const auto rc = path("rc.txt");
-  // The cell starts within a second or two; the stop comes after 4 s, mid-run. A run that
-  // hung instead of stopping is killed after 60 s (exit 137, a failure here).
+  // The stop comes once the first cell has logged a step (its metrics file, still a temporary,
+  // holds a line), mid-run. A run that hung instead of stopping is killed after 60 s (exit
+  // 137, a failure here).
   const std::string cmd = "timeout -s KILL 60 " + std::string(PARITY_BIN) + " matrix run " + m +
                           " --out " + out + " --jobs 1 --quiet >/dev/null 2>" + path("err.txt") +
-                          " & pid=$!; sleep 4; kill -TERM $pid; wait $pid; echo $? >" + rc;
+                          " & pid=$!; for i in $(seq 300); do grep -qs step " + out +
+                          "/cells/ref/metrics.jsonl.tmp.* && break; sleep 0.1; done; "
+                          "kill -TERM $pid; wait $pid; echo $? >" + rc;
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   // 128 + SIGTERM, as a shell reports a process that a TERM stopped.
   EXPECT_EQ(slurp(rc), "143\n") << slurp(path("err.txt"));

@@ -260,9 +260,12 @@ TEST(Footnotes, NumberedInKindOrderOverTheReportListedPerTableAsUsed) {
   };
   EXPECT_EQ(numbers(t[0]), (std::vector<int>{1, 4}));
   EXPECT_EQ(numbers(t[1]), (std::vector<int>{1, 2, 3}));
-  EXPECT_EQ(t[0].footnotes[1].text, rp::footnote_text("reversed"));
-  EXPECT_EQ(t[1].footnotes[2].text, rp::footnote_text("split"));
-  EXPECT_NE(rp::footnote_text("naive"), rp::footnote_text("split"));
+  // The texts as a reader sees them, written out here (not taken from footnote_text itself).
+  EXPECT_EQ(t[0].footnotes[1].text,
+            "the micro-batches in reverse order, the same data and checkpoint: the floor of a "
+            "sum-order change");
+  EXPECT_EQ(t[1].footnotes[2].text,
+            "the split spelled out (the cell's split key), not the even default");
 }
 
 TEST(Footnotes, RowKinds) {

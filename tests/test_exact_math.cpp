@@ -34,7 +34,9 @@ TEST(Dyadic, SignificandBitsDecideWhichFormatsHoldAValue) {
   EXPECT_EQ(Dyadic::from_double(static_cast<double>(0.1f)).significand_bits(), 24);
   EXPECT_EQ(Dyadic::from_double(-0.0), Dyadic(0));
   EXPECT_THROW(Dyadic::from_double(NAN), std::invalid_argument);
-  EXPECT_DOUBLE_EQ(Dyadic::from_double(-17.0 / 8).to_double(), -17.0 / 8);
+  // Exact arithmetic gives the value back bit for bit, up to fp64's 53 significand bits.
+  EXPECT_EQ(Dyadic::from_double(-17.0 / 8).to_double(), -17.0 / 8);
+  EXPECT_EQ(Dyadic::from_double(1.0 + 0x1p-52).to_double(), 1.0 + 0x1p-52);
 }
 
 // Two layers, a block each (lpb 1), one token (0, label 0: w = +1), N = 1. Worked by hand:

@@ -28,12 +28,21 @@ h5::Array array_of(h5::DType t, const std::vector<double>& v) {
     } else if (t == h5::DType::F32) {
       const float f = static_cast<float>(v[i]);
       std::memcpy(a.bytes.data() + 4 * i, &f, 4);
-    } else {  // 16-bit: the bit pattern of the value rounded into the format
-      const int64_t o = ordinal_in(t, v[i]);
-      const uint16_t bits = o < 0 ? static_cast<uint16_t>(0x8000 | -o) : static_cast<uint16_t>(o);
-      std::memcpy(a.bytes.data() + 2 * i, &bits, 2);
+    } else {
+      ADD_FAILURE() << "array_of: 16-bit arrays are written as bit patterns (bits_of)";
     }
   }
+  return a;
+}
+
+// A 16-bit array from bit patterns written by hand, so that the inputs do not come from the
+// rounding (ordinal_in) these tests also check.
+h5::Array bits_of(h5::DType t, const std::vector<uint16_t>& bits) {
+  h5::Array a;
+  a.dtype = t;
+  a.shape = {static_cast<int64_t>(bits.size())};
+  a.bytes.resize(2 * bits.size());
+  std::memcpy(a.bytes.data(), bits.data(), a.bytes.size());
   return a;
 }
 
@@ -63,6 +72,15 @@ TEST(FloatFormats, RoundingIntoANarrowerFormatIsNearestEvenExact) {
   EXPECT_EQ(ordinal_in(h5::DType::F16, -2.0), -0x4000);
   EXPECT_EQ(ordinal_in(h5::DType::BF16, 1 + std::ldexp(1.0, -8)), 0x3f80);
   EXPECT_EQ(ordinal_in(h5::DType::BF16, 1 + 3 * std::ldexp(1.0, -8)), 0x3f82);
+  // Just above the bf16 midpoint 1 + 2^-8, by 2^-30 (less than half an fp32 ulp there): the
+  // nearest bf16 is 1 + 2^-7, 0x3f81. A detour through fp32 would round twice, to the midpoint
+  // and then to even, 0x3f80.
+  EXPECT_EQ(ordinal_in(h5::DType::BF16, 1 + std::ldexp(1.0, -8) + std::ldexp(1.0, -30)), 0x3f81);
+  // The largest bf16 is (2 - 2^-7) 2^127 = 0x7f7f; the midpoint to the next binade overflows.
+  EXPECT_EQ(ordinal_in(h5::DType::BF16, std::ldexp(2.0 - std::ldexp(1.0, -7), 127)), 0x7f7f);
+  EXPECT_EQ(ordinal_in(h5::DType::BF16, std::ldexp(2.0 - std::ldexp(1.0, -8), 127)), 0x7f80);
+  // The smallest bf16 subnormal is 2^-133 (bits 0x0001); 3 x 2^-135 = 0.75 x 2^-133 rounds to it.
+  EXPECT_EQ(ordinal_in(h5::DType::BF16, 3 * std::ldexp(1.0, -135)), 0x0001);
 }
 
 // The spacing at a magnitude: bf16 at 1.0 is 2^-7, fp16 at 1.0 is 2^-10, fp32 at 3.0 (binade
@@ -99,13 +117,15 @@ TEST(CompareArrays, UlpsInANarrowerDtypeExact) {
 // scale. With a 4 on both sides the scale's spacing is 2^-5 and the same difference is 1.5.
 TEST(CompareArrays, UlpsOfScaleExact) {
   const double d = 3 * std::ldexp(1.0, -6);
-  auto r = compare_arrays("t", array_of(h5::DType::BF16, {1, 2}),
-                          array_of(h5::DType::BF16, {1, 2 + d}));
+  // bf16 bits: 1 = 0x3f80, 2 = 0x4000, 2 + 3 x 2^-6 = 0x4003 (mantissa 3 in steps of 2^-6),
+  // 4 = 0x4080.
+  auto r = compare_arrays("t", bits_of(h5::DType::BF16, {0x3f80, 0x4000}),
+                          bits_of(h5::DType::BF16, {0x3f80, 0x4003}));
   EXPECT_EQ(r.max_abs, d);
   EXPECT_EQ(r.scale_ulps, 3.0);
   EXPECT_EQ(r.max_ulp, 3u);
-  auto s = compare_arrays("t", array_of(h5::DType::BF16, {1, 2, 4}),
-                          array_of(h5::DType::BF16, {1, 2 + d, 4}));
+  auto s = compare_arrays("t", bits_of(h5::DType::BF16, {0x3f80, 0x4000, 0x4080}),
+                          bits_of(h5::DType::BF16, {0x3f80, 0x4003, 0x4080}));
   EXPECT_EQ(s.scale_ulps, 1.5);
 }
 
@@ -156,13 +176,14 @@ TEST(CompareArrays, TorchToleranceFp32Exact) {
 // fp16 tensors: 1.0 against 1 + 2^-10 (the next fp16 value) is one ulp; NaN against a number is
 // a hard mismatch (ulp "inf", outside every tolerance).
 TEST(CompareArrays, Fp16IsComparedInItsOwnUlpsExact) {
-  auto r = compare_arrays("t", array_of(h5::DType::F16, {1.0, 0.5}),
-                          array_of(h5::DType::F16, {1 + std::ldexp(1.0, -10), 0.5}));
+  // fp16 bits: 1 = 0x3c00, 1 + 2^-10 = 0x3c01, 0.5 = 0x3800, a quiet NaN 0x7e00.
+  auto r = compare_arrays("t", bits_of(h5::DType::F16, {0x3c00, 0x3800}),
+                          bits_of(h5::DType::F16, {0x3c01, 0x3800}));
   EXPECT_EQ(r.dtype, "float16");
   EXPECT_EQ(r.ulp_dtype, "fp16");
   EXPECT_EQ(r.max_ulp, 1u);
   EXPECT_EQ(r.wrong, 1);
-  auto nan = compare_arrays("t", array_of(h5::DType::F16, {NAN}), array_of(h5::DType::F16, {1}));
+  auto nan = compare_arrays("t", bits_of(h5::DType::F16, {0x7e00}), bits_of(h5::DType::F16, {0x3c00}));
   EXPECT_EQ(nan.max_ulp, kInfiniteUlp);
   EXPECT_FALSE(within(nan, *parse_tolerance("ulp:1000")));
   EXPECT_FALSE(within(nan, *parse_tolerance("torch")));

@@ -117,8 +117,11 @@ TEST_P(CachedAgainstNaive, DiffersOnlyByOrderAndOnlyInsideThePredictedSet) {
   }
   // The layouts do reorder some sums: a check that saw no difference would prove nothing.
   EXPECT_GT(differing_grads, 0);
-  for (const auto& t : r.tensors)
-    if (t.name == "loss" || t.name == "mb_losses") EXPECT_EQ(t.verdict, Verdict::Exact);
+  for (const auto& t : r.tensors) {
+    if (t.name == "loss" || t.name == "mb_losses") {
+      EXPECT_EQ(t.verdict, Verdict::Exact);
+    }
+  }
   // The expert biases come from the forward's routing alone: bitwise equal (tiny has 16 MoE
   // layers, each with one).
   int biases = 0;
@@ -212,20 +215,24 @@ TEST_F(Localise, MutatedLedgerBytesNeverCrashTheReader) {
   int refused = 0, read_ok = 0;
   for (int trial = 0; trial < 40; ++trial) {
     auto m = bytes;
+    // Odd trials aim at the first 4 KiB (superblock and headers), even ones anywhere.
+    const size_t span = trial % 2 ? std::min<size_t>(m.size(), 4096) : m.size();
     for (int k = 0; k < 1 + static_cast<int>(rng() % 8); ++k)
-      m[rng() % m.size()] ^= static_cast<char>(1 + rng() % 255);
+      m[rng() % span] ^= static_cast<char>(1 + rng() % 255);
     const auto path = dir_ / "mutated.h5";
     std::ofstream(path, std::ios::binary).write(m.data(), static_cast<std::streamsize>(m.size()));
     try {
-      read_ledger(path.string(), 1);
+      const auto l = read_ledger(path.string(), 1);
       ++read_ok;  // a flip inside tensor data reads fine; the self-check would then flag it
-    } catch (const DumpError&) {
+      EXPECT_FALSE(l.blocks.empty());  // what reads holds the ledger's blocks
+    } catch (const DumpError& e) {  // the only refusal read_ledger promises (dumps/ledger_dump.h)
       ++refused;
-    } catch (const h5::Error&) {
-      ++refused;
+      EXPECT_NE(std::string(e.what()).find("mutated.h5"), std::string::npos) << e.what();
     }
   }
-  EXPECT_EQ(read_ok + refused, 40);
+  std::printf("[ observed ] 40 mutants: %d read, %d refused\n", read_ok, refused);
+  EXPECT_GT(read_ok, 0) << "no mutant was read: intact ledgers are refused";
+  EXPECT_GT(refused, 0) << "no mutant was refused: the reader checks nothing";
 }
 
 TEST_F(Localise, RefusesDumpsWithoutALedger) {

@@ -70,10 +70,14 @@ TEST(TotalGradNorm, Bf16GradientsNormInFp32Bitwise) {
 }
 
 // Both orders on [3, 4] and [12] (bf16, exact): single: norms 5 and 12, sqrt(25 + 144) = 13;
-// per-rank with ranks {0, 1}: the squares 25 and 144 summed in rank order, root 13. A
-// third tensor [1, 1] on rank 0 gives single sqrt(25 + 144 + 2) = sqrt(171) and per-rank
-// sqrt(sqrt(27)^2 + 144): sqrt(27) is inexact, so the two orders may differ in the last place;
-// both must be fp32 and within one ulp of sqrt(171) = 13.076696830622...
+// per-rank with ranks {0, 1}: the squares 25 and 144 summed in rank order, root 13.
+// A third tensor [10, 12] on rank 0 separates the orders, worked in fp32 by hand:
+//   its norm is fl(sqrt(244)) = 15.6204996..., whose square rounds to 244.0000153;
+//   single:   sqrt(25 + 144 + 244.0000153) = sqrt(413.0000153) = 20.3224018..., which rounds
+//             to the fp32 20.32240104675293 (the neighbours are 2^-19 = 1.9e-6 apart);
+//   per-rank: rank 0 is sqrt(25 + 244.0000153) = fl(16.4012203...), whose square rounds to
+//             269.0000305; + 144 is 413.0000305, whose root 20.3224022... rounds to the next
+//             fp32 up, 20.322402954101562: one ulp above the single order, exactly.
 TEST(TotalGradNorm, BothOrdersBitwise) {
   std::vector<at::Tensor> g{bf16({3.0f, 4.0f}), bf16({12.0f})};
   const auto single = k::total_grad_norm(g, k::ClipOrder::Single, {});
@@ -83,11 +87,11 @@ TEST(TotalGradNorm, BothOrdersBitwise) {
   EXPECT_EQ(single.item<float>(), 13.0f);
   EXPECT_EQ(per_rank.item<float>(), 13.0f);
 
-  g.push_back(bf16({1.0f, 1.0f}));
-  const float want = static_cast<float>(std::sqrt(171.0));  // correctly rounded
-  const float ulp = std::nextafter(want, 100.0f) - want;
+  g.push_back(bf16({10.0f, 12.0f}));
+  const float want = 20.32240104675293f;
   EXPECT_EQ(k::total_grad_norm(g, k::ClipOrder::Single, {}).item<float>(), want);
-  EXPECT_NEAR(k::total_grad_norm(g, k::ClipOrder::PerRank, {0, 1, 0}).item<float>(), want, ulp);
+  EXPECT_EQ(k::total_grad_norm(g, k::ClipOrder::PerRank, {0, 1, 0}).item<float>(),
+            std::nextafter(want, 100.0f));
 }
 
 // Clipping scales by min(1, max_norm / (norm + 1e-6)) and keeps the gradients' dtype: with

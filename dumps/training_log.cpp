@@ -13,7 +13,6 @@
 #include <regex>
 #include <sstream>
 
-#include "dumps/dump.h"
 
 namespace parity::dumps {
 
@@ -22,7 +21,7 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
-  throw DumpError("log '" + path + "': " + what);
+  throw LogError("log '" + path + "': " + what);
 }
 
 std::string strip_colour(const std::string& line) {

@@ -21,7 +21,16 @@
 #include <string>
 #include <vector>
 
+#include "spec/bad_input.h"
+
 namespace parity::dumps {
+
+// A training log that cannot be read as one: names the file (and line) and the remedy; the
+// CLI maps it to exit 2.
+class LogError : public spec::BadInput {
+ public:
+  using spec::BadInput::BadInput;
+};
 
 struct LoggedStep {
   int64_t step = 0;
@@ -37,7 +46,7 @@ struct TrainingLog {
   std::vector<LoggedStep> steps;  // ascending, one per step
 };
 
-// Throws DumpError (exit 2) naming the file, the line and the remedy: unreadable, no steps,
+// Throws LogError (exit 2) naming the file, the line and the remedy: unreadable, no steps,
 // lines of two formats, a malformed line of a strict format, a step logged twice differently.
 TrainingLog read_training_log(const std::string& path);
 

@@ -102,9 +102,10 @@ void expect_bitwise(const Run& a, const Run& b, bool every_grad_step, const std:
           << what << ": micro-batch " << m << " loss, step " << s + 1;
     const bool grads_here = every_grad_step || s == 0 || s + 1 == a.loss.size();
     for (size_t i = 0; i < a.params[s].size(); ++i) {
-      if (grads_here)
+      if (grads_here) {
         EXPECT_TRUE(torch::equal(a.grads[s][i], b.grads[s][i]))
             << what << ": gradient of " << names[i] << ", step " << s + 1;
+      }
       EXPECT_TRUE(torch::equal(a.params[s][i], b.params[s][i]))
           << what << ": updated " << names[i] << ", step " << s + 1;
     }
@@ -339,7 +340,9 @@ TEST(RankStore, HighWaterMarkWithinTheScheduleInFlight) {
         if (a.stage == last_stage) open.erase(a.microbatch);
       }
       EXPECT_LE(hw[r], most) << shape_name(shape) << " rank " << r;
-      if (shape.vp > 1) EXPECT_GE(hw[r], 1) << shape_name(shape) << " rank " << r;
+      if (shape.vp > 1) {
+        EXPECT_GE(hw[r], 1) << shape_name(shape) << " rank " << r;
+      }
     }
   }
 }

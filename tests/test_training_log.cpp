@@ -11,7 +11,6 @@
 #include <fstream>
 #include <string>
 
-#include "dumps/dump.h"
 #include "dumps/training_log.h"
 
 namespace parity::dumps {
@@ -41,7 +40,7 @@ class TrainingLogs : public ::testing::Test {
     try {
       read_training_log(p);
       ADD_FAILURE() << "accepted: " << text;
-    } catch (const DumpError& e) {
+    } catch (const LogError& e) {
       const std::string what = e.what();
       EXPECT_NE(what.find("'" + p + "'"), std::string::npos) << what;
       EXPECT_NE(what.find(needle), std::string::npos) << what;
@@ -182,7 +181,7 @@ TEST_F(TrainingLogs, RefusalsNameTheFileTheLineAndTheRemedy) {
   try {
     read_training_log((dir_ / "nosuch.log").string());
     ADD_FAILURE();
-  } catch (const DumpError& e) {
+  } catch (const LogError& e) {
     EXPECT_NE(std::string(e.what()).find("does not exist"), std::string::npos);
   }
 }

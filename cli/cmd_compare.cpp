@@ -1,4 +1,4 @@
-// parity compare A B: every tensor of two runs, side by side (compare/compare_report.h). A run
+// parity compare A B: every tensor of two runs, side by side (harness/compare_command.h). A run
 // is a parity dump, a torch.save or safetensors file, an HDF5 file, or a directory of them.
 //
 // Exit codes: 0 every tensor agrees under --tol (bitwise by default), 1 a difference (or a
@@ -8,15 +8,15 @@
 
 #include "cli/commands.h"
 #include "cli/validators.h"
-#include "compare/compare_report.h"
-#include "spec/limits.h"
+#include "harness/compare_command.h"
 #include "harness/validate.h"
+#include "spec/limits.h"
 
 namespace parity::cli {
 
 Command add_compare_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("compare", "compare two runs tensor by tensor");
-  auto o = std::make_shared<compare::CompareOptions>();
+  auto o = std::make_shared<harness::CompareOptions>();
   const char* run = "a parity dump, a torch.save / safetensors / HDF5 file, or a directory of them";
   cmd->add_option("a", o->a, run)->required()->check(non_empty_path());
   cmd->add_option("b", o->b, run)->required()->check(non_empty_path());
@@ -50,7 +50,7 @@ Command add_compare_command(CLI::App& app) {
   return {cmd, [o] {
             if (!o->junit.empty()) harness::check_output_file("--junit", o->junit);
             if (!o->markdown.empty()) harness::check_output_file("--markdown", o->markdown);
-            return compare::compare_command(*o);
+            return harness::compare_command(*o);
           }};
 }
 

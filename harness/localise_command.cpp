@@ -1,8 +1,11 @@
-#include "compare/localise_report.h"
+#include "harness/localise_command.h"
 
 #include <cstdio>
+#include <iostream>
 
-namespace parity::compare {
+namespace parity::harness {
+
+using namespace parity::compare;  // the verdicts this command reports
 
 nlohmann::json to_json(const LocaliseReport& r) {
   nlohmann::json blocks = nlohmann::json::array(), tensors = nlohmann::json::array(),
@@ -77,4 +80,13 @@ void print_text(const LocaliseReport& r, bool all_rows) {
               r.ok() ? "OK: every difference is reduction order" : "FAILED");
 }
 
-}  // namespace parity::compare
+int localise_command(const LocaliseJob& o) {
+  const auto r = localise(o.a, o.b, o.threads);
+  if (o.json)
+    std::cout << to_json(r).dump(2) << "\n";
+  else
+    print_text(r, o.all_rows);
+  return r.ok() ? 0 : 1;
+}
+
+}  // namespace parity::harness

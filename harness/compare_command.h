@@ -1,4 +1,6 @@
-// `parity compare A B`: every tensor of two runs, side by side (docs/design.md section 6), with the
+// `parity compare A B`, the command: reading the runs, the verdict and the exit code, and the
+// outputs (text, JSON, JUnit, Markdown) on top of compare/'s functions. Every tensor of two
+// runs, side by side (docs/design.md section 6), with the
 // guards against vacuous agreement (all-zero gradients, a flat loss, both runs dead); with a
 // truth dump, each run's error against the fp64 truth in its own ulps; with a layout, every
 // differing gradient judged against the predicted set (compare/predicted.h).
@@ -11,7 +13,7 @@
 
 #include "spec/bad_input.h"
 
-namespace parity::compare {
+namespace parity::harness {
 
 // Options of `parity compare` that cannot be used together: the CLI maps it to exit 2.
 class CompareError : public spec::BadInput {
@@ -42,4 +44,4 @@ struct CompareOptions {
 // unreadable or incomparable run, CompareError or LayoutError for unusable options.
 int compare_command(const CompareOptions& o);
 
-}  // namespace parity::compare
+}  // namespace parity::harness

@@ -1,4 +1,4 @@
-#include "compare/compare_report.h"
+#include "harness/compare_command.h"
 
 #include <nlohmann/json.hpp>
 
@@ -20,7 +20,9 @@
 #include "dumps/junit.h"
 #include "dumps/temp_files.h"
 
-namespace parity::compare {
+namespace parity::harness {
+
+using namespace parity::compare;  // the comparisons this command reports
 
 namespace {
 
@@ -440,4 +442,4 @@ int compare_command(const CompareOptions& o) {
   return failed ? 1 : 0;
 }
 
-}  // namespace parity::compare
+}  // namespace parity::harness

@@ -1,4 +1,4 @@
-// parity bench --what reference|step|pipelined|ratio|kda|compare|gemm: throughput figures (harness/bench.h).
+// parity bench --what (spec::bench_targets()): throughput figures (harness/bench.h).
 #include <memory>
 
 #include "cli/commands.h"
@@ -11,10 +11,8 @@ namespace parity::cli {
 Command add_bench_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "measure throughput (reference steps, KDA forms, GEMM peak)");
   auto o = std::make_shared<harness::BenchOptions>();
-  cmd->add_option("--what", o->what,
-                  "reference (or step), pipelined, ratio (pipelined / reference), kda, compare "
-                  "or gemm")
-      ->capture_default_str();
+  add_choice(*cmd, o->what, spec::bench_targets(),
+             "what to measure (step is reference; ratio: pipelined / reference)");
   add_run_options(*cmd, o->run);
   cmd->add_option("--warmup-steps", o->warmup_steps, "unmeasured steps first")
       ->capture_default_str()->check(integer_in(0, spec::kMaxBenchSteps));
@@ -30,16 +28,19 @@ Command add_bench_command(CLI::App& app) {
   cmd->add_option("--a", o->a, "--what compare: the first dump")->check(non_empty_path());
   cmd->add_option("--b", o->b, "--what compare: the second dump")->check(non_empty_path());
   return {cmd, [o] {
-            if (o->what == "reference" || o->what == "step" || o->what == "pipelined")
+            using T = spec::BenchTarget;
+            if (o->what == T::Reference || o->what == T::Step || o->what == T::Pipelined)
               return harness::bench_trainer(*o);
             if (o->breakdown)
               throw UsageError("--breakdown goes with --what step, reference or pipelined");
-            if (o->what == "ratio") return harness::bench_ratio(*o);
-            if (o->what == "kda") return harness::bench_kda(*o);
-            if (o->what == "compare") return harness::bench_compare(*o);
-            if (o->what == "gemm") return harness::bench_gemm(*o);
-            throw UsageError("unknown --what '" + o->what +
-                             "'; use reference, step, pipelined, ratio, kda, compare or gemm");
+            switch (o->what) {
+              case T::Ratio: return harness::bench_ratio(*o);
+              case T::Kda: return harness::bench_kda(*o);
+              case T::Compare: return harness::bench_compare(*o);
+              case T::Gemm: return harness::bench_gemm(*o);
+              case T::Reference: case T::Step: case T::Pipelined: break;
+            }
+            return harness::bench_trainer(*o);
           }};
 }
 

@@ -8,6 +8,8 @@
 
 #include "cli/commands.h"
 #include "cli/validators.h"
+#include "compare/float_formats.h"
+#include "compare/tensor_compare.h"
 #include "harness/compare_command.h"
 #include "harness/validate.h"
 #include "spec/limits.h"
@@ -22,13 +24,14 @@ Command add_compare_command(CLI::App& app) {
   cmd->add_option("b", o->b, run)->required()->check(non_empty_path());
   cmd->add_flag("--json", o->json, "machine-readable output");
   cmd->add_option("--tol", o->tol,
-                  "when tensors agree: bitwise, ulp:K (K ulps in the ulp dtype) or torch "
-                  "(torch.testing.assert_close's default rtol/atol for the ulp dtype)")
+                  "when tensors agree (K ulps in the ulp dtype; torch: "
+                  "torch.testing.assert_close's default rtol/atol for the ulp dtype): " +
+                      compare::tolerance_kinds().names())
       ->capture_default_str();
   cmd->add_option("--max-ulp", o->max_ulp, "the same as --tol ulp:K")->check(unsigned_integer());
-  cmd->add_option("--ulp-dtype", o->ulp_dtype,
-                  "count ulps in bf16, fp16, fp32 or fp64 (default: the compute dtype where the "
-                  "dump knows it, else each tensor's own)");
+  add_choice(*cmd, o->ulp_dtype, compare::ulp_dtypes(),
+             "count ulps in this dtype (default: the compute dtype where the dump knows it, "
+             "else each tensor's own)");
   cmd->add_option("--map", o->map, "a name map: lines 'FROM TO' (a trailing * maps a prefix)")
       ->check(non_empty_path());
   cmd->add_option("--layout", o->layout,

@@ -25,8 +25,7 @@ Command add_drift_command(CLI::App& app) {
                                          "label may hold commas and footnote marks)");
   cmd->add_option("--footnote", o->footnotes, "a footnote, printed as [1], [2], ... in order "
                                               "(repeat the option)");
-  cmd->add_option("--format", o->format, "txt, md, json, csv or html")->capture_default_str()
-      ->check(CLI::IsMember({"txt", "md", "json", "csv", "html"}));
+  add_choice(*cmd, o->format, spec::report_formats(), "the format");
   cmd->add_option("--out", o->out, "write to this file instead of standard output")
       ->check(non_empty_path());
   cmd->add_option("--junit", o->junit, "write JUnit XML: one testcase per cell")

@@ -95,9 +95,7 @@ Command add_report_command(CLI::App& app) {
   auto o = std::make_shared<matrix::ReportJob>();
   cmd->add_option("dir", o->dir, "the --out directory of `parity matrix run`")->required()
       ->check(non_empty_path());
-  cmd->add_option("--format", o->format, "txt, md, json, csv or html")
-      ->check(CLI::IsMember({"txt", "md", "json", "csv", "html"}))
-      ->capture_default_str();
+  add_choice(*cmd, o->format, spec::report_formats(), "the format");
   cmd->add_option("--out", o->out, "write to this file instead of standard output")
       ->check(non_empty_path());
   cmd->add_option("--history", o->history, "a history file: add the trend of its last runs")

@@ -7,6 +7,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 #include "harness/errors.h"
 #include "harness/run_options.h"
@@ -40,25 +41,19 @@ Command add_drift_command(CLI::App& app);
 void add_run_options(CLI::App& cmd, harness::RunOptions& o);
 
 // An option whose value is one of a specification table's names (spec/options.h): its flag,
-// the accepted names in --help and the refusal of any other value all come from the table,
-// and --help shows the field's value as the default.
-template <class E>
-CLI::Option* add_choice(CLI::App& cmd, E& field, const spec::Choices<E>& table,
+// the accepted names in --help and the refusal of any other value all come from the table.
+// `field` is the value (--help shows it as the default) or an optional one that may stay
+// unset (its default depends on other options).
+template <class Field, class E>
+CLI::Option* add_choice(CLI::App& cmd, Field& field, const spec::Choices<E>& table,
                         const std::string& help) {
-  return cmd
-      .add_option_function<std::string>(
-          table.option(), [&field, &table](const std::string& v) { field = table.parse(v); },
-          help + ": " + table.names())
-      ->default_str(table.name(field));
-}
-
-// The same for a field that may stay unset (its default depends on other options).
-template <class E>
-CLI::Option* add_choice(CLI::App& cmd, std::optional<E>& field, const spec::Choices<E>& table,
-                        const std::string& help) {
-  return cmd.add_option_function<std::string>(
+  static_assert(std::is_same_v<Field, E> || std::is_same_v<Field, std::optional<E>>,
+                "add_choice sets a value of the table's type, or an optional one");
+  auto* opt = cmd.add_option_function<std::string>(
       table.option(), [&field, &table](const std::string& v) { field = table.parse(v); },
       help + ": " + table.names());
+  if constexpr (std::is_same_v<Field, E>) opt->default_str(table.name(field));
+  return opt;
 }
 
 }  // namespace parity::cli

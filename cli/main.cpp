@@ -14,7 +14,7 @@
 
 #include "cli/commands.h"
 #include "matrix/runner.h"
-#include "harness/signals.h"
+#include "harness/process.h"
 #include "harness/version.h"
 #include "kernels/vector_kernels.h"
 #include "spec/bad_input.h"
@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
   tune_process(argc, argv);
   // A peer that closed its socket is an error the transport reports, not a silent death.
   std::signal(SIGPIPE, SIG_IGN);
-  // A stop removes the temporary files and the workers (harness/signals.h).
+  // A stop removes the temporary files and the workers (harness/process.h).
   harness::install_stop_handlers();
   CLI::App app{"parity: is this difference only reduction order, or is it a bug?"};
   app.require_subcommand(1);

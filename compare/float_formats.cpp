@@ -130,12 +130,13 @@ TorchTolerance torch_tolerance(h5::DType t) {
   }
 }
 
-std::optional<h5::DType> parse_float_dtype(const std::string& s) {
-  if (s == "bf16" || s == "bfloat16") return h5::DType::BF16;
-  if (s == "fp16" || s == "float16") return h5::DType::F16;
-  if (s == "fp32" || s == "float32") return h5::DType::F32;
-  if (s == "fp64" || s == "float64") return h5::DType::F64;
-  return std::nullopt;
+const spec::Choices<h5::DType>& ulp_dtypes() {
+  static const spec::Choices<h5::DType> t{"--ulp-dtype",
+                                          {{h5::DType::BF16, "bf16"},
+                                           {h5::DType::F16, "fp16"},
+                                           {h5::DType::F32, "fp32"},
+                                           {h5::DType::F64, "fp64"}}};
+  return t;
 }
 
 const char* short_name(h5::DType t) {

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "dumps/h5.h"
+#include "spec/choices.h"
 
 namespace parity::compare {
 
@@ -113,9 +114,8 @@ struct TorchTolerance {
 };
 TorchTolerance torch_tolerance(h5::DType t);
 
-// "bf16" | "bfloat16" -> BF16, "fp16" | "float16" -> F16, "fp32" | "float32" -> F32,
-// "fp64" | "float64" -> F64; nullopt otherwise.
-std::optional<h5::DType> parse_float_dtype(const std::string& s);
+// The float dtypes ulps can be counted in (--ulp-dtype): bf16, fp16, fp32, fp64.
+const spec::Choices<h5::DType>& ulp_dtypes();
 
 // "bf16", "fp16", "fp32", "fp64" (the short names parity's own options use).
 const char* short_name(h5::DType t);

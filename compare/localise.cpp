@@ -279,6 +279,292 @@ struct Record {
   std::string hop, tensor;
 };
 
+using BlockKey = std::pair<int, int>;  // (mb, block)
+
+// The dumped steps with a ledger on both sides, ascending; throws when there is none.
+std::vector<int64_t> common_steps(const dumps::Dump& a, const dumps::Dump& b,
+                                  const std::string& a_path, const std::string& b_path) {
+  std::vector<int64_t> steps;
+  for (const auto& [step, _] : a.steps)
+    if (b.steps.count(step) && dumps::has_ledger(a_path, step) && dumps::has_ledger(b_path, step))
+      steps.push_back(step);
+  if (steps.empty())
+    throw dumps::DumpError("'" + a_path + "' and '" + b_path +
+                    "' share no dumped step with a ledger on both sides; rerun both with "
+                    "`parity train ... --ledger --dump DIR --dump-steps N`");
+  return steps;
+}
+
+// The predicted set: the FQNs upstream of a block that either run reads from a rank's store.
+std::set<std::string> predicted_set(const RunShape& sa, const RunShape& sb) {
+  std::set<int> deposited = run_deposits(sa);
+  for (int blk : run_deposits(sb)) deposited.insert(blk);
+  std::set<std::string> predicted;
+  for (const auto& [fqn, unit] : sa.unit_of)
+    for (int blk : deposited)
+      if (feeds(unit, blk, sa.model.layers_per_block)) predicted.insert(fqn);
+  return predicted;
+}
+
+// The blocks of one side outside their bound, in block order; fills s.checks for every block.
+std::vector<Finding> check_blocks(Side& s, int64_t step) {
+  std::vector<Finding> out;
+  for (const auto& [key, blk] : s.ledger.blocks) {
+    auto sc = self_check(blk);
+    if (sc.present && !sc.ok)
+      out.push_back({s.name, step, key.first, key.second, s.shape->stage_of(blk.unit),
+                     explain(s, key.first, key.second, sc)});
+    s.checks[key] = std::move(sc);
+  }
+  return out;
+}
+
+// The reads of one side that did not read what was committed for their micro-batch, in order.
+std::vector<Finding> check_reads(const Side& s, int64_t step) {
+  std::vector<Finding> out;
+  for (const auto& r : s.ledger.reads) {
+    auto it = s.ledger.blocks.find({r.mb, r.block});
+    if (it == s.ledger.blocks.end() || it->second.hash == r.hash) continue;
+    std::string from = "a value no micro-batch committed";
+    for (const auto& [key, other] : s.ledger.blocks)
+      if (key.second == r.block && other.hash == r.hash)
+        from = "micro-batch " + std::to_string(key.first) + "'s copy: a stale block";
+    out.push_back({s.name, step, r.mb, r.block, s.shape->stage_of(r.unit),
+                   r.reader + " read block " + std::to_string(r.block) + " of micro-batch " +
+                       std::to_string(r.mb) + " as " + from});
+  }
+  return out;
+}
+
+// Whether every read of run A has the same value in run B; the differing ones go to diverged.
+bool forward_reads_same(const Side& A, const Side& B, int64_t step, std::vector<Record>& diverged) {
+  bool same = true;
+  std::map<std::tuple<int, int, std::string>, std::string> read_hash_b;
+  for (const auto& r : B.ledger.reads) read_hash_b[{r.mb, r.block, r.reader}] = r.hash;
+  for (const auto& r : A.ledger.reads) {
+    auto it = read_hash_b.find({r.mb, r.block, r.reader});
+    if (it == read_hash_b.end() || it->second == r.hash) continue;
+    same = false;
+    const int st = A.shape->stage_of(r.unit);
+    diverged.push_back({{step, 0, st, r.mb, 0, r.unit, r.reader}, r.mb, st, "forward read",
+                        "block " + std::to_string(r.block) + " read by " + r.reader});
+  }
+  return same;
+}
+
+// Whether every forward hop is bitwise equal (true when the splits differ); the differing hops,
+// forward and backward, go to diverged.
+bool forward_hops_same(const Side& A, const Side& B, int64_t step, std::vector<Record>& diverged) {
+  if (A.shape->split.spec() != B.shape->split.spec()) return true;
+  bool same = true;
+  std::map<std::tuple<int, int, int, bool>, std::string> hop_b;
+  for (const auto& h : B.ledger.hops) hop_b[{h.mb, h.from, h.to, h.forward}] = h.hash;
+  for (const auto& h : A.ledger.hops) {
+    auto it = hop_b.find({h.mb, h.from, h.to, h.forward});
+    if (it == hop_b.end() || it->second == h.hash) continue;
+    if (h.forward) same = false;
+    // Within a stage: forward reads before the send, backward block gradients before it.
+    const int phase = h.forward ? 0 : 1, stage = h.forward ? h.from : -h.from;
+    diverged.push_back({{step, phase, stage, h.mb, 1, 0, h.tensor}, h.mb, h.from,
+                        std::string(h.forward ? "forward" : "backward") + " hop " +
+                            std::to_string(h.from) + "->" + std::to_string(h.to),
+                        h.tensor});
+  }
+  return same;
+}
+
+// The readers of one side's block gradient, sorted: its contributions as a multiset.
+std::vector<std::string> sorted_readers(const Side& s, const dumps::LedgerBlock& blk) {
+  std::vector<std::string> out;
+  for (size_t i : blk.reads) out.push_back(s.ledger.reads[i].reader);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The verdict on one block gradient of a step, from both sides' ledgers and self-checks.
+BlockVerdict block_verdict(const Side& A, const Side& B, int64_t step, const BlockKey& key) {
+  BlockVerdict bv;
+  bv.step = step;
+  bv.mb = key.first;
+  bv.block = key.second;
+  auto ia = A.ledger.blocks.find(key), ib = B.ledger.blocks.find(key);
+  if (ia == A.ledger.blocks.end() || ib == B.ledger.blocks.end()) {
+    bv.verdict = Verdict::Wrong;
+    bv.why = std::string("only in run ") + (ia == A.ledger.blocks.end() ? "B" : "A");
+    return bv;
+  }
+  const auto& ba = ia->second;
+  const auto& bb = ib->second;
+  bv.stage = A.shape->stage_of(ba.unit);
+  const auto& ca = A.checks.at(key);
+  const auto& cb = B.checks.at(key);
+  bv.contributions = ca.n;
+  bv.excess_a = ca.excess;
+  bv.excess_b = cb.excess;
+  const auto ra = sorted_readers(A, ba), rb = sorted_readers(B, bb);
+  if (!ba.has_grad && !bb.has_grad) {
+    bv.verdict = Verdict::Exact;  // nothing trainable upstream (a frozen embedding)
+  } else if (ba.has_grad != bb.has_grad) {
+    bv.verdict = Verdict::Wrong;
+    bv.why = "a gradient on one side only";
+  } else if (ra != rb) {
+    bv.verdict = Verdict::Wrong;
+    bv.why = "different readers: " + std::to_string(ra.size()) + " contributions against " +
+             std::to_string(rb.size());
+  } else if (ba.grad.bytes == bb.grad.bytes) {
+    bv.verdict = Verdict::Exact;
+  } else if (!ca.ok || !cb.ok) {
+    bv.verdict = Verdict::Wrong;
+    bv.why = std::string("run ") + (!ca.ok ? "A" : "B") +
+             "'s gradient is outside the bound of its own contributions";
+  } else {
+    bv.verdict = Verdict::OrderOnly;
+  }
+  if (bv.verdict == Verdict::Exact && ca.present && (!ca.ok || !cb.ok)) {
+    bv.verdict = Verdict::Wrong;  // equal, and equally wrong
+    bv.why = "both runs' gradients are outside the bound of their contributions";
+  }
+  return bv;
+}
+
+// Whether a block gradient is on both sides and differs bitwise.
+bool gradients_differ(const Side& A, const Side& B, const BlockKey& key) {
+  auto ia = A.ledger.blocks.find(key), ib = B.ledger.blocks.find(key);
+  if (ia == A.ledger.blocks.end() || ib == B.ledger.blocks.end()) return false;
+  const auto& ba = ia->second;
+  const auto& bb = ib->second;
+  return ba.has_grad && bb.has_grad && ba.grad.bytes != bb.grad.bytes;
+}
+
+// The verdicts on a step's block gradients by key; each is appended to blocks in key order and
+// each differing gradient goes to diverged.
+std::map<BlockKey, Verdict> block_verdicts(const Side& A, const Side& B, int64_t step,
+                                           std::vector<BlockVerdict>& blocks,
+                                           std::vector<Record>& diverged) {
+  std::set<BlockKey> keys;
+  for (const auto& [k, _] : A.ledger.blocks) keys.insert(k);
+  for (const auto& [k, _] : B.ledger.blocks) keys.insert(k);
+  std::map<BlockKey, Verdict> verdicts;
+  for (const auto& key : keys) {
+    const BlockVerdict bv = block_verdict(A, B, step, key);
+    if (gradients_differ(A, B, key))
+      // A stage's backward delivers its later blocks' gradients first.
+      diverged.push_back({{step, 1, -bv.stage, key.first, 0, -key.second, ""}, key.first, bv.stage,
+                          "backward block gradient", "block " + std::to_string(key.second)});
+    verdicts[key] = bv.verdict;
+    blocks.push_back(bv);
+  }
+  return verdicts;
+}
+
+// What a step's tensor verdicts are judged against.
+struct StepContext {
+  const RunShape& shape;  // run A's
+  const std::set<std::string>& predicted;
+  bool forward_same;
+  const std::map<BlockKey, Verdict>& blocks;
+};
+
+// Sets tv's verdict and reason for a differing gradient of unit `unit`, from the blocks it feeds.
+void judge_gradient(TensorVerdict& tv, int unit, const StepContext& ctx) {
+  bool wrong_upstream = false, any_differs = false;
+  for (const auto& [key, v] : ctx.blocks) {
+    if (!feeds(unit, key.second, ctx.shape.model.layers_per_block)) continue;
+    wrong_upstream = wrong_upstream || v == Verdict::Wrong;
+    any_differs = any_differs || v != Verdict::Exact;
+  }
+  if (wrong_upstream) {
+    tv.verdict = Verdict::Wrong;
+    tv.why = "a block gradient it depends on is WRONG";
+  } else if (!tv.predicted) {
+    tv.verdict = Verdict::Wrong;
+    tv.why = "differs outside the predicted set";
+  } else if (!any_differs) {
+    tv.verdict = Verdict::Wrong;
+    tv.why = "differs though every block gradient it depends on is bitwise equal";
+  } else {
+    tv.verdict = Verdict::OrderOnly;
+    tv.why = "inherits ORDER-ONLY block gradients";
+  }
+}
+
+// The verdict on one compared tensor; grad_norm and parameters stay ORDER-ONLY until settled.
+TensorVerdict tensor_verdict(const TensorDiff& d, int64_t step, const StepContext& ctx) {
+  TensorVerdict tv;
+  tv.step = step;
+  tv.name = d.name;
+  tv.wrong = d.wrong;
+  tv.max_ulp = d.max_ulp;
+  tv.nmse = d.nmse;
+  const bool is_grad = d.name.rfind("grads/", 0) == 0;
+  const bool is_param = d.name.rfind("params/", 0) == 0;
+  const std::string fqn = is_grad ? d.name.substr(6) : is_param ? d.name.substr(7) : "";
+  tv.predicted = !fqn.empty() && ctx.predicted.count(fqn);
+  if (!d.problem.empty()) {
+    tv.verdict = Verdict::Wrong;
+    tv.why = d.problem;
+  } else if (d.bitwise) {
+    tv.verdict = Verdict::Exact;
+  } else if (d.nan_mismatch > 0) {
+    tv.verdict = Verdict::Wrong;
+    tv.why = "NaN or Inf on one side only";
+  } else if (d.name == "loss" || d.name == "mb_losses") {
+    tv.verdict = Verdict::Wrong;
+    tv.why = "the forward differs (losses must be bitwise equal)";
+  } else if (!ctx.forward_same) {
+    tv.verdict = Verdict::Wrong;
+    tv.why = "the forward diverged (see the first divergence)";
+  } else if (d.name.rfind("buffers/", 0) == 0) {
+    tv.verdict = Verdict::Wrong;
+    tv.why = "the expert bias comes from the forward's routing alone, and the forward is "
+             "bitwise equal";
+  } else if (is_grad) {
+    judge_gradient(tv, ctx.shape.unit_of.at(fqn), ctx);
+  } else {
+    tv.verdict = Verdict::OrderOnly;  // grad_norm and params: settled by tensor_verdicts
+  }
+  return tv;
+}
+
+// The verdicts on a step's compared tensors, in the rows' order.
+std::vector<TensorVerdict> tensor_verdicts(const std::vector<CompareRow>& rows, int64_t step,
+                                           const StepContext& ctx) {
+  bool all_grads_explained = true;
+  std::vector<TensorVerdict> out;
+  for (const auto& row : rows) {
+    if (row.step != step) continue;
+    out.push_back(tensor_verdict(row.diff, step, ctx));
+    if (row.diff.name.rfind("grads/", 0) == 0 && out.back().verdict == Verdict::Wrong)
+      all_grads_explained = false;
+  }
+  for (auto& tv : out) {
+    const bool derived = tv.name == "grad_norm" || tv.name.rfind("params/", 0) == 0;
+    if (derived && tv.verdict == Verdict::OrderOnly) {
+      if (!all_grads_explained) {
+        tv.verdict = Verdict::Wrong;
+        tv.why = "derived from WRONG gradients";
+      } else {
+        tv.why = "derived from the gradients (the norm, clipping and the update)";
+      }
+    }
+  }
+  return out;
+}
+
+// The earliest differing record in execution order (found false when there is none).
+Divergence first_divergence(const std::vector<Record>& diverged) {
+  if (diverged.empty()) return {};
+  auto earlier = [](const Record& x, const Record& y) { return x.order < y.order; };
+  const auto& r = *std::min_element(diverged.begin(), diverged.end(), earlier);
+  return {true, std::get<0>(r.order), r.mb, r.stage, r.hop, r.tensor};
+}
+
+// Moves the elements of `from` to the end of `to`.
+template <class T>
+void append(std::vector<T>& to, std::vector<T>&& from) {
+  for (auto& x : from) to.push_back(std::move(x));
+}
+
 }  // namespace
 
 LocaliseReport localise(const std::string& a_path, const std::string& b_path, int threads) {
@@ -291,220 +577,24 @@ LocaliseReport localise(const dumps::Dump& a, const dumps::Dump& b,
                         const std::string& b_path) {
   LocaliseReport rep;
   const RunShape sa = run_shape(a), sb = run_shape(b);
-  const int lpb = sa.model.layers_per_block;
-
-  for (const auto& [step, _] : a.steps)
-    if (b.steps.count(step) && dumps::has_ledger(a_path, step) && dumps::has_ledger(b_path, step))
-      rep.steps.push_back(step);
-  if (rep.steps.empty())
-    throw dumps::DumpError("'" + a_path + "' and '" + b_path +
-                    "' share no dumped step with a ledger on both sides; rerun both with "
-                    "`parity train ... --ledger --dump DIR --dump-steps N`");
-
-  std::set<int> deposited = run_deposits(sa);
-  for (int blk : run_deposits(sb)) deposited.insert(blk);
-  for (const auto& [fqn, unit] : sa.unit_of)
-    for (int blk : deposited)
-      if (feeds(unit, blk, lpb)) rep.predicted.insert(fqn);
-
+  rep.steps = common_steps(a, b, a_path, b_path);
+  rep.predicted = predicted_set(sa, sb);
   std::vector<Record> diverged;
   for (int64_t step : rep.steps) {
     Side A{"A", &sa, dumps::read_ledger(a_path, step), {}};
     Side B{"B", &sb, dumps::read_ledger(b_path, step), {}};
-
     // Self-checks: every block within its bound, every read of what was committed.
     for (Side* s : {&A, &B}) {
-      for (const auto& [key, blk] : s->ledger.blocks) {
-        auto sc = self_check(blk);
-        if (sc.present && !sc.ok)
-          rep.findings.push_back({s->name, step, key.first, key.second,
-                                  s->shape->stage_of(blk.unit), explain(*s, key.first, key.second, sc)});
-        s->checks[key] = std::move(sc);
-      }
-      for (const auto& r : s->ledger.reads) {
-        auto it = s->ledger.blocks.find({r.mb, r.block});
-        if (it == s->ledger.blocks.end() || it->second.hash == r.hash) continue;
-        std::string from = "a value no micro-batch committed";
-        for (const auto& [key, other] : s->ledger.blocks)
-          if (key.second == r.block && other.hash == r.hash)
-            from = "micro-batch " + std::to_string(key.first) + "'s copy: a stale block";
-        rep.findings.push_back({s->name, step, r.mb, r.block, s->shape->stage_of(r.unit),
-                                r.reader + " read block " + std::to_string(r.block) +
-                                    " of micro-batch " + std::to_string(r.mb) + " as " + from});
-      }
+      append(rep.findings, check_blocks(*s, step));
+      append(rep.findings, check_reads(*s, step));
     }
-
-    // Forward: every read and every forward hop bitwise equal?
-    bool forward_same = true;
-    std::map<std::tuple<int, int, std::string>, std::string> read_hash_b;
-    for (const auto& r : B.ledger.reads) read_hash_b[{r.mb, r.block, r.reader}] = r.hash;
-    for (const auto& r : A.ledger.reads) {
-      auto it = read_hash_b.find({r.mb, r.block, r.reader});
-      if (it == read_hash_b.end() || it->second == r.hash) continue;
-      forward_same = false;
-      const int st = sa.stage_of(r.unit);
-      diverged.push_back({{step, 0, st, r.mb, 0, r.unit, r.reader}, r.mb, st, "forward read",
-                          "block " + std::to_string(r.block) + " read by " + r.reader});
-    }
-    const bool same_split = sa.split.spec() == sb.split.spec();
-    if (same_split) {
-      std::map<std::tuple<int, int, int, bool>, std::string> hop_b;
-      for (const auto& h : B.ledger.hops) hop_b[{h.mb, h.from, h.to, h.forward}] = h.hash;
-      for (const auto& h : A.ledger.hops) {
-        auto it = hop_b.find({h.mb, h.from, h.to, h.forward});
-        if (it == hop_b.end() || it->second == h.hash) continue;
-        if (h.forward) forward_same = false;
-        // Within a stage: forward reads before the send, backward block gradients before it.
-        diverged.push_back({{step, h.forward ? 0 : 1, h.forward ? h.from : -h.from, h.mb, 1, 0, h.tensor},
-                            h.mb, h.from,
-                            std::string(h.forward ? "forward" : "backward") + " hop " +
-                                std::to_string(h.from) + "->" + std::to_string(h.to),
-                            h.tensor});
-      }
-    }
-
-    // Block verdicts.
-    std::map<std::pair<int, int>, Verdict> block_verdict;
-    std::set<std::pair<int, int>> keys;
-    for (const auto& [k, _] : A.ledger.blocks) keys.insert(k);
-    for (const auto& [k, _] : B.ledger.blocks) keys.insert(k);
-    for (const auto& key : keys) {
-      BlockVerdict bv;
-      bv.step = step;
-      bv.mb = key.first;
-      bv.block = key.second;
-      auto ia = A.ledger.blocks.find(key), ib = B.ledger.blocks.find(key);
-      if (ia == A.ledger.blocks.end() || ib == B.ledger.blocks.end()) {
-        bv.verdict = Verdict::Wrong;
-        bv.why = std::string("only in run ") + (ia == A.ledger.blocks.end() ? "B" : "A");
-        rep.blocks.push_back(bv);
-        block_verdict[key] = bv.verdict;
-        continue;
-      }
-      const auto& ba = ia->second;
-      const auto& bb = ib->second;
-      bv.stage = sa.stage_of(ba.unit);
-      const auto& ca = A.checks[key];
-      const auto& cb = B.checks[key];
-      bv.contributions = ca.n;
-      bv.excess_a = ca.excess;
-      bv.excess_b = cb.excess;
-      std::vector<std::string> ra, rb;
-      for (size_t i : ba.reads) ra.push_back(A.ledger.reads[i].reader);
-      for (size_t i : bb.reads) rb.push_back(B.ledger.reads[i].reader);
-      std::sort(ra.begin(), ra.end());
-      std::sort(rb.begin(), rb.end());
-      if (!ba.has_grad && !bb.has_grad) {
-        bv.verdict = Verdict::Exact;  // nothing trainable upstream (a frozen embedding)
-      } else if (ba.has_grad != bb.has_grad) {
-        bv.verdict = Verdict::Wrong;
-        bv.why = "a gradient on one side only";
-      } else if (ra != rb) {
-        bv.verdict = Verdict::Wrong;
-        bv.why = "different readers: " + std::to_string(ra.size()) + " contributions against " +
-                 std::to_string(rb.size());
-      } else if (ba.grad.bytes == bb.grad.bytes) {
-        bv.verdict = Verdict::Exact;
-      } else if (!ca.ok || !cb.ok) {
-        bv.verdict = Verdict::Wrong;
-        bv.why = std::string("run ") + (!ca.ok ? "A" : "B") +
-                 "'s gradient is outside the bound of its own contributions";
-      } else {
-        bv.verdict = Verdict::OrderOnly;
-      }
-      if (bv.verdict != Verdict::Exact && ba.has_grad && bb.has_grad &&
-          ba.grad.bytes != bb.grad.bytes)
-        // A stage's backward delivers its later blocks' gradients first.
-        diverged.push_back({{step, 1, -bv.stage, key.first, 0, -key.second, ""}, key.first, bv.stage,
-                            "backward block gradient", "block " + std::to_string(key.second)});
-      if (bv.verdict == Verdict::Exact && ca.present && (!ca.ok || !cb.ok)) {
-        bv.verdict = Verdict::Wrong;  // equal, and equally wrong
-        bv.why = "both runs' gradients are outside the bound of their contributions";
-      }
-      block_verdict[key] = bv.verdict;
-      rep.blocks.push_back(bv);
-    }
-
-    // Tensor verdicts.
-    bool all_grads_explained = true;
-    std::vector<TensorVerdict> step_tensors;
-    for (const auto& row : rows) {
-      if (row.step != step) continue;
-      const auto& d = row.diff;
-      TensorVerdict tv;
-      tv.step = step;
-      tv.name = d.name;
-      tv.wrong = d.wrong;
-      tv.max_ulp = d.max_ulp;
-      tv.nmse = d.nmse;
-      const bool is_grad = d.name.rfind("grads/", 0) == 0;
-      const bool is_param = d.name.rfind("params/", 0) == 0;
-      const std::string fqn = is_grad ? d.name.substr(6) : is_param ? d.name.substr(7) : "";
-      tv.predicted = !fqn.empty() && rep.predicted.count(fqn);
-      if (!d.problem.empty()) {
-        tv.verdict = Verdict::Wrong;
-        tv.why = d.problem;
-      } else if (d.bitwise) {
-        tv.verdict = Verdict::Exact;
-      } else if (d.nan_mismatch > 0) {
-        tv.verdict = Verdict::Wrong;
-        tv.why = "NaN or Inf on one side only";
-      } else if (d.name == "loss" || d.name == "mb_losses") {
-        tv.verdict = Verdict::Wrong;
-        tv.why = "the forward differs (losses must be bitwise equal)";
-      } else if (!forward_same) {
-        tv.verdict = Verdict::Wrong;
-        tv.why = "the forward diverged (see the first divergence)";
-      } else if (d.name.rfind("buffers/", 0) == 0) {
-        tv.verdict = Verdict::Wrong;
-        tv.why = "the expert bias comes from the forward's routing alone, and the forward is "
-                 "bitwise equal";
-      } else if (is_grad) {
-        const int unit = sa.unit_of.at(fqn);
-        bool wrong_upstream = false, any_differs = false;
-        for (const auto& [key, v] : block_verdict) {
-          if (!feeds(unit, key.second, lpb)) continue;
-          wrong_upstream = wrong_upstream || v == Verdict::Wrong;
-          any_differs = any_differs || v != Verdict::Exact;
-        }
-        if (wrong_upstream) {
-          tv.verdict = Verdict::Wrong;
-          tv.why = "a block gradient it depends on is WRONG";
-        } else if (!tv.predicted) {
-          tv.verdict = Verdict::Wrong;
-          tv.why = "differs outside the predicted set";
-        } else if (!any_differs) {
-          tv.verdict = Verdict::Wrong;
-          tv.why = "differs though every block gradient it depends on is bitwise equal";
-        } else {
-          tv.verdict = Verdict::OrderOnly;
-          tv.why = "inherits ORDER-ONLY block gradients";
-        }
-      } else {
-        tv.verdict = Verdict::OrderOnly;  // grad_norm and params: settled below
-      }
-      if (is_grad && tv.verdict == Verdict::Wrong) all_grads_explained = false;
-      step_tensors.push_back(tv);
-    }
-    for (auto& tv : step_tensors) {
-      const bool derived = tv.name == "grad_norm" || tv.name.rfind("params/", 0) == 0;
-      if (derived && tv.verdict == Verdict::OrderOnly) {
-        if (!all_grads_explained) {
-          tv.verdict = Verdict::Wrong;
-          tv.why = "derived from WRONG gradients";
-        } else {
-          tv.why = "derived from the gradients (the norm, clipping and the update)";
-        }
-      }
-      rep.tensors.push_back(tv);
-    }
+    const bool reads_same = forward_reads_same(A, B, step, diverged);
+    const bool hops_same = forward_hops_same(A, B, step, diverged);
+    const auto blocks = block_verdicts(A, B, step, rep.blocks, diverged);
+    const StepContext ctx{sa, rep.predicted, reads_same && hops_same, blocks};
+    append(rep.tensors, tensor_verdicts(rows, step, ctx));
   }
-
-  if (!diverged.empty()) {
-    const auto& r = *std::min_element(diverged.begin(), diverged.end(),
-                                      [](const Record& x, const Record& y) { return x.order < y.order; });
-    rep.first = {true, std::get<0>(r.order), r.mb, r.stage, r.hop, r.tensor};
-  }
+  rep.first = first_divergence(diverged);
   return rep;
 }
 

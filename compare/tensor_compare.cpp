@@ -246,10 +246,16 @@ TensorDiff compare_arrays(const std::string& name, const h5::Array& a, const h5:
   return d;
 }
 
+const spec::Choices<Tolerance::Kind>& tolerance_kinds() {
+  static const spec::Choices<Tolerance::Kind> t{
+      "--tol", {{Tolerance::Bitwise, "bitwise"}, {Tolerance::Ulp, "ulp:K"}, {Tolerance::Torch, "torch"}}};
+  return t;
+}
+
 std::optional<Tolerance> parse_tolerance(const std::string& s) {
   if (s == "bitwise") return Tolerance{Tolerance::Bitwise, 0};
   if (s == "torch") return Tolerance{Tolerance::Torch, 0};
-  const std::string p = "ulp:";
+  const std::string p = "ulp:";  // "ulp:K" itself names the form, not a value
   if (s.rfind(p, 0) == 0 && s.size() > p.size() && s.size() <= p.size() + 18) {
     uint64_t k = 0;
     for (size_t i = p.size(); i < s.size(); ++i) {

@@ -23,6 +23,7 @@
 #include <string>
 
 #include "dumps/h5.h"
+#include "spec/choices.h"
 
 namespace parity::compare {
 
@@ -75,7 +76,9 @@ struct Tolerance {
   enum Kind { Bitwise, Ulp, Torch } kind = Bitwise;
   uint64_t ulps = 0;
 };
-// "bitwise" | "ulp:K" | "torch"; nullopt otherwise.
+// The presets' names (--tol): bitwise, ulp:K (K a count of ulps), torch.
+const spec::Choices<Tolerance::Kind>& tolerance_kinds();
+// "bitwise" | "ulp:K" | "torch"; nullopt otherwise (tolerance_kinds() says why).
 std::optional<Tolerance> parse_tolerance(const std::string& s);
 std::string to_string(const Tolerance& t);
 bool within(const TensorDiff& d, const Tolerance& t);

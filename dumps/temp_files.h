@@ -4,7 +4,7 @@
 // temporary one behind.
 //
 // The registry has fixed slots and takes no lock: remove_temp_files() is async-signal-safe
-// (it calls unlink(2) only) and is what the stop handler (harness/signals.h) calls. A forked
+// (it calls unlink(2) only) and is what the stop handler (harness/process.h) calls. A forked
 // child inherits the registry with the files its parent had open, which it may finish or
 // remove in its turn.
 #pragma once

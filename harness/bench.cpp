@@ -205,7 +205,7 @@ int bench_trainer(BenchOptions o) {
     throw UsageError("--breakdown times one process: drop --nproc (the in-process pipeline "
                      "runs every rank on this thread)");
   o.run.steps = o.warmup_steps + o.measured_steps;
-  const bool pipe = o.what == "pipelined";
+  const bool pipe = o.what == spec::BenchTarget::Pipelined;
   std::string shape = "reference";
   if (pipe)
     shape = "pp" + std::to_string(o.run.pp) + "xvp" + std::to_string(o.run.vp) + " cache " +

@@ -22,7 +22,7 @@ namespace parity::harness {
 
 struct BenchOptions {
   RunOptions run;
-  std::string what = "reference";
+  spec::BenchTarget what = spec::BenchTarget::Reference;
   int warmup_steps = 2;
   int measured_steps = 5;
   std::string a, b;  // what = compare: the two dumps

@@ -165,7 +165,7 @@ Tolerance tolerance_of(const CompareOptions& o) {
     return Tolerance{Tolerance::Ulp, *o.max_ulp};
   }
   const auto t = parse_tolerance(o.tol);
-  if (!t) throw CompareError("unknown --tol '" + o.tol + "'; use bitwise, ulp:K or torch");
+  if (!t) throw CompareError(tolerance_kinds().unknown_message(tolerance_kinds().option(), o.tol));
   return *t;
 }
 
@@ -284,11 +284,7 @@ std::string markdown_summary(const CompareOptions& o, const Findings& f) {
 int compare_command(const CompareOptions& o) {
   const Tolerance tol = tolerance_of(o);
   UlpChoice ulp;
-  if (!o.ulp_dtype.empty()) {
-    ulp.forced = parse_float_dtype(o.ulp_dtype);
-    if (!ulp.forced)
-      throw CompareError("unknown --ulp-dtype '" + o.ulp_dtype + "'; use bf16, fp16, fp32 or fp64");
-  }
+  ulp.forced = o.ulp_dtype;
   std::optional<Prediction> prediction;
   if (!o.layout.empty()) prediction = predict(parse_layout(o.layout));
   const dumps::NameMap names = o.map.empty() ? dumps::NameMap{} : dumps::read_name_map(o.map);

@@ -11,6 +11,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "dumps/h5.h"
+
 #include "spec/bad_input.h"
 
 namespace parity::harness {
@@ -27,7 +29,7 @@ struct CompareOptions {
   bool json = false;      // machine-readable output
   std::string tol = "bitwise";      // when two tensors agree: bitwise | ulp:K | torch
   std::optional<uint64_t> max_ulp;  // --max-ulp K, the same as --tol ulp:K
-  std::string ulp_dtype;  // count ulps in this float dtype ("" : the compute dtype)
+  std::optional<h5::DType> ulp_dtype;  // count ulps in this float dtype (none: the compute dtype)
   std::string map;        // a name map file (--map), or ""
   std::string layout;     // --layout spec for the predicted set, or ""
   int64_t step = 0;       // the parity dump's step a single-step file stands for (0: its only)

@@ -149,12 +149,13 @@ int drift_command(const DriftJob& o) {
     t.footnotes.push_back({static_cast<int>(i) + 1, o.footnotes[i]});
 
   std::string text;
-  if (o.format == "txt") text = reports::drift_table_text(t);
-  else if (o.format == "md") text = reports::drift_table_markdown(t);
-  else if (o.format == "json") text = reports::drift_table_json(t).dump(1) + "\n";
-  else if (o.format == "csv") text = reports::drift_table_csv(t);
-  else if (o.format == "html") text = reports::render_drift_html(t, runs);
-  else throw UsageError("--format '" + o.format + "': use txt, md, json, csv or html");
+  switch (o.format) {
+    case spec::ReportFormat::Txt: text = reports::drift_table_text(t); break;
+    case spec::ReportFormat::Md: text = reports::drift_table_markdown(t); break;
+    case spec::ReportFormat::Json: text = reports::drift_table_json(t).dump(1) + "\n"; break;
+    case spec::ReportFormat::Csv: text = reports::drift_table_csv(t); break;
+    case spec::ReportFormat::Html: text = reports::render_drift_html(t, runs); break;
+  }
   if (o.out.empty())
     std::cout << text;
   else

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "spec/options.h"
+
 namespace parity::harness {
 
 struct DriftJob {
@@ -19,7 +21,7 @@ struct DriftJob {
   std::vector<int64_t> steps;          // empty: 1, 10, 50, 100 up to the reference's last step
   std::vector<std::string> labels;     // one per log, the reference first; empty: file names
   std::vector<std::string> footnotes;  // printed under the table as [1], [2], ...
-  std::string format = "txt";          // txt, md, json, csv or html
+  spec::ReportFormat format = spec::ReportFormat::Txt;
   std::string out;                     // "" = standard output
   std::string junit;                   // a JUnit XML file: one testcase per cell
 };

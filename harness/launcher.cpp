@@ -4,7 +4,6 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -26,7 +25,7 @@
 #include "harness/errors.h"
 #include "spec/limits.h"
 #include "harness/observers.h"
-#include "harness/signals.h"
+#include "harness/process.h"
 
 namespace parity::harness {
 
@@ -258,40 +257,37 @@ void launch_local(const RunOptions& o, const PreparedRun& run, kernels::StepObse
   co.master_port = free_port();
   co.timeout_s = o.timeout_s;
   pipelined::make_comm_check(co.backend);
-  std::fflush(nullptr);
-  const pid_t launcher = ::getpid();
   std::vector<pid_t> kids;
   for (int r = 0; r < o.nproc; ++r) {
-    const pid_t pid = ::fork();
-    if (pid < 0) {
-      for (pid_t k : kids) stop_and_reap(k, /*group=*/false, 5.0);
-      throw std::runtime_error("cannot start worker " + std::to_string(r) + ": " +
-                               std::strerror(errno));
-    }
-    if (pid == 0) {
-      if (!adopt_as_child(launcher)) ::_exit(1);  // the launcher is gone already
-      int code = 0;
+    auto worker = [&, r]() {
       try {
         co.rank = r;
         co.local_rank = r;
         run_rank(o, co, run, obs, report);
+        return 0;
       } catch (const std::exception& e) {
         if (r == 0) obs.on_abort();  // the dump keeps the steps it has, marked incomplete
         const std::string what = spec::first_line(e.what());  // CommErrors already name the rank
         std::cerr << "parity: " << (what.rfind("rank ", 0) == 0 ? "" : "rank " + std::to_string(r) + ": ")
                   << what << "\n";
-        code = dynamic_cast<const spec::BadInput*>(&e) ? spec::kBadInputExit : 1;
+        return dynamic_cast<const spec::BadInput*>(&e) ? spec::kBadInputExit : 1;
       }
-      std::fflush(nullptr);
-      ::_exit(code);
+    };
+    pid_t pid = -1;
+    try {
+      pid = start_child(worker, ChildOptions{}, "worker " + std::to_string(r));
+    } catch (const std::exception&) {
+      for (pid_t k : kids) stop_and_reap(k, /*group=*/false, 5.0);
+      throw;
     }
     kids.push_back(pid);
-    watch_child(pid);  // a stop of the launcher stops it too (harness/signals.h)
+    watch_child(pid);  // a stop of the launcher stops it too (harness/process.h)
   }
   // Wait for every worker. After the first failure the others have the timeout to notice
   // (each exits with its own one-line error) and a grace period more; then they are told to
   // stop, and killed 5 s later.
-  int failed_rank = -1, failed_status = 0;
+  int failed_rank = -1;
+  ExitStatus failed;
   std::vector<bool> done(kids.size(), false);
   size_t left = kids.size();
   using Clock = std::chrono::steady_clock;
@@ -301,44 +297,42 @@ void launch_local(const RunOptions& o, const PreparedRun& run, kernels::StepObse
     // Everything that has ended since the last look; of several failures, a worker that was
     // killed from outside says more than the ranks that lost their peer because of it.
     bool any = false;
-    for (;;) {
-      int status = 0;
-      const pid_t pid = ::waitpid(-1, &status, WNOHANG);
-      if (pid <= 0) break;
+    for (size_t r = 0; r < kids.size(); ++r) {
+      if (done[r]) continue;
+      const auto ended = poll_child(kids[r]);
+      if (!ended) continue;
       any = true;
-      for (size_t r = 0; r < kids.size(); ++r) {
-        if (kids[r] != pid || done[r]) continue;
-        done[r] = true;
-        --left;
-        unwatch_child(pid);
-        const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        const bool better = failed_rank < 0 || (WIFSIGNALED(status) && !WIFSIGNALED(failed_status));
-        if (!ok && better && !terminated) {
-          if (failed_rank < 0)
-            deadline = Clock::now() +
-                       std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000) + 10000);
-          failed_rank = static_cast<int>(r);
-          failed_status = status;
-        }
+      done[r] = true;
+      --left;
+      unwatch_child(kids[r]);
+      const bool better = failed_rank < 0 || (ended->signalled() && !failed.signalled());
+      if (!ended->ok() && better && !terminated) {
+        if (failed_rank < 0)
+          deadline = Clock::now() +
+                     std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000) + 10000);
+        failed_rank = static_cast<int>(r);
+        failed = *ended;
       }
     }
     if (left == 0) break;
     if (Clock::now() > deadline) {
       for (size_t r = 0; r < kids.size(); ++r)
-        if (!done[r]) ::kill(kids[r], terminated ? SIGKILL : SIGTERM);
+        if (!done[r]) signal_child(kids[r], terminated ? SIGKILL : SIGTERM, /*group=*/false);
       deadline = terminated ? Clock::time_point::max() : Clock::now() + std::chrono::seconds(5);
       terminated = true;
     }
     if (!any) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   if (failed_rank >= 0) {
-    const int code = WIFEXITED(failed_status) ? WEXITSTATUS(failed_status) : 0;
     const std::string why =
         "worker rank " + std::to_string(failed_rank) +
-        (WIFSIGNALED(failed_status) ? " was killed by signal " + std::to_string(WTERMSIG(failed_status))
-                                    : " failed with exit code " + std::to_string(code)) +
+        (failed.signalled() ? " was killed by signal " + std::to_string(failed.value)
+         : failed.kind == ExitStatus::Kind::Exited ? " failed with exit code " + std::to_string(failed.value)
+                                                   : " could not be waited for") +
         "; the run stopped on every rank";
-    if (code == 2) throw UsageError(why);  // a worker refused its input or its rendezvous
+    // a worker refused its input or its rendezvous
+    if (failed.kind == ExitStatus::Kind::Exited && failed.value == spec::kBadInputExit)
+      throw UsageError(why);
     throw std::runtime_error(why);
   }
 }

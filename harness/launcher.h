@@ -33,7 +33,7 @@ void run_rank(const RunOptions& o, const pipelined::CommOptions& co, const Prepa
               kernels::StepObserver& obs, const RunReport& report);
 
 // --nproc N: N workers on 127.0.0.1; the run succeeds or fails together. Each worker dies with
-// the launcher (harness/signals.h: a stop of the launcher stops them, and PR_SET_PDEATHSIG
+// the launcher (harness/process.h: a stop of the launcher stops them, and PR_SET_PDEATHSIG
 // covers a SIGKILL). After the first failure the others have --timeout-s to notice (each exits
 // with its own one-line error) and 10 s more; then they are told to stop, and killed 5 s
 // later. Throws when any worker failed, naming it.

@@ -1,5 +1,5 @@
-// What running a matrix cell by cell (matrix_runner.cpp) and planning one for another scheduler
-// (matrix_plan.cpp) share: the cells chosen and checked, each cell's `parity train` command,
+// What running a matrix cell by cell (matrix/runner.cpp) and planning one for another
+// scheduler (matrix/plan.cpp) share: the cells chosen and checked, each cell's `parity train` command,
 // and what a finished cell left behind.
 #pragma once
 
@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/process.h"
 #include "matrix/runner.h"
 #include "reports/matrix.h"
 #include "reports/results.h"
@@ -33,13 +34,28 @@ std::vector<std::string> cell_command(const reports::Cell& cell, const std::stri
                                       const std::string& seed, const std::filesystem::path& dir,
                                       const std::string& tokens);
 
-// Runs `parity init` (or any short command) to its end, output into `log`; its exit code.
-int run_seed_init(const std::vector<std::string>& args, const std::filesystem::path& log);
+// Runs `parity init` (or any short command) to its end, output into `log`; its exit code (128
+// + the signal when one ended it). A stop that `stop` records stops it.
+int run_seed_init(const std::vector<std::string>& args, const std::filesystem::path& log,
+                  const harness::StopFlag* stop = nullptr);
 
 // A finished cell's logged steps and run figures (metrics.jsonl, summary.json under `dir`).
 void collect(reports::CellResult& c, const std::filesystem::path& dir);
 // The line of a cell's log that says why it failed, and its "parity: warning:" lines.
 std::string last_error(const std::filesystem::path& log);
 std::vector<std::string> warnings(const std::filesystem::path& log);
+
+// How a cell's process ended, as the runner saw it.
+struct CellEnding {
+  harness::ExitStatus exit;  // meaningless when timed out
+  bool timed_out = false;    // stopped by the runner after --cell-timeout-s
+  bool stopped = false;      // the matrix run was stopped (Ctrl-C, SIGTERM)
+  double seconds = 0;        // how long it ran
+  std::string last_error;    // its log's last error line (last_error())
+};
+
+// The cell's status ("ok" or "failed") and error from how it ended and the steps it logged
+// (collect() first): ok only when it exited 0 having logged every step.
+void settle(reports::CellResult& c, const CellEnding& e);
 
 }  // namespace parity::matrix::detail

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -16,6 +15,7 @@ namespace parity::matrix {
 namespace fs = std::filesystem;
 using reports::CellResult;
 using reports::Gate;
+using reports::MatrixResult;
 
 namespace {
 
@@ -25,34 +25,62 @@ struct ReferenceDump {
   std::string error;  // why it could not be read
 };
 
-// Step 1 of `cell` against `ref`: every scalar and tensor, and the ledger verdicts. The runner
-// dumps step 1 alone, so the dumps compare whole.
+// The cells' dumps, each read once however many cells compare against it.
+class DumpCache {
+ public:
+  explicit DumpCache(fs::path cells_dir) : dir_(std::move(cells_dir)) {}
+  const ReferenceDump& operator()(const std::string& cell) {
+    auto it = read_.find(cell);
+    if (it != read_.end()) return it->second;
+    ReferenceDump d;
+    try {
+      d.dump = dumps::read_dump((dir_ / cell / "dump").string());
+    } catch (const std::exception& e) {
+      d.error = e.what();
+    }
+    return read_.emplace(cell, std::move(d)).first->second;
+  }
+
+ private:
+  fs::path dir_;
+  std::map<std::string, ReferenceDump> read_;
+};
+
+// Step 1 of the dump `a` against `b`, tensor by tensor; `rows` gets the comparison. The runner
+// dumps step 1 alone, so the dumps compare whole. Throws when a dump cannot be read.
+reports::Step1Diff diff_step1(const dumps::Dump& a, const ReferenceDump& b,
+                              std::vector<compare::CompareRow>& rows) {
+  if (!b.error.empty()) throw dumps::DumpError(b.error);
+  if (!a.steps.count(1) || !b.dump.steps.count(1))
+    throw dumps::DumpError("step 1 is not in both dumps");
+  rows = compare::compare_dumps(a, b.dump, 1);
+  reports::Step1Diff d;
+  for (const auto& row : rows) {
+    const auto& t = row.diff;
+    const bool tensor = t.name.rfind("grads/", 0) == 0 || t.name.rfind("params/", 0) == 0;
+    const uint64_t ulp = !t.problem.empty() || t.nan_mismatch ? reports::kUlpInfinite : t.max_ulp;
+    if (!tensor) {
+      if (!t.bitwise) d.scalars_equal = false;
+      continue;
+    }
+    ++d.tensors;
+    if (!t.bitwise) ++d.wrong_tensors;
+    d.max_ulp = std::max(d.max_ulp, ulp);
+    if (t.name.rfind("grads/", 0) == 0) d.grad_ulps.push_back(t.bitwise ? 0 : std::max<uint64_t>(ulp, 1));
+  }
+  d.have = true;
+  return d;
+}
+
+// Step 1 of `cell` against `ref`: every scalar and tensor, and the ledger verdicts.
 void compare_step1(CellResult& cell, const CellResult& ref, const fs::path& cell_dump,
                    const fs::path& ref_dump, const ReferenceDump& b) {
   // Read and compared once: the verdicts below reuse both.
   dumps::Dump a;
   std::vector<compare::CompareRow> rows;
   try {
-    if (!b.error.empty()) throw dumps::DumpError(b.error);
     a = dumps::read_dump(cell_dump.string());
-    if (!a.steps.count(1) || !b.dump.steps.count(1))
-      throw dumps::DumpError("step 1 is not in both dumps");
-    rows = compare::compare_dumps(a, b.dump, 1);
-    auto& d = cell.step1;
-    for (const auto& row : rows) {
-      const auto& t = row.diff;
-      const bool tensor = t.name.rfind("grads/", 0) == 0 || t.name.rfind("params/", 0) == 0;
-      const uint64_t ulp = !t.problem.empty() || t.nan_mismatch ? reports::kUlpInfinite : t.max_ulp;
-      if (!tensor) {
-        if (!t.bitwise) d.scalars_equal = false;
-        continue;
-      }
-      ++d.tensors;
-      if (!t.bitwise) ++d.wrong_tensors;
-      d.max_ulp = std::max(d.max_ulp, ulp);
-      if (t.name.rfind("grads/", 0) == 0) d.grad_ulps.push_back(t.bitwise ? 0 : std::max<uint64_t>(ulp, 1));
-    }
-    d.have = true;
+    cell.step1 = diff_step1(a, b, rows);
   } catch (const std::exception& e) {
     cell.step1.why_not = e.what();
   }
@@ -124,7 +152,9 @@ bool every_step_bitwise(const CellResult& c, const CellResult& ref, std::string&
   return true;
 }
 
-void judge_gate(CellResult& c, const CellResult* ref) {
+// The gate of `c` against `target` (its twin when it has one, else its reference), `step1`
+// being c's step 1 against that target.
+void judge_gate(CellResult& c, const CellResult* target, const reports::Step1Diff& step1) {
   auto& g = c.gate;
   g.gate = c.cell.gate;
   if (g.gate == Gate::None) return;
@@ -133,8 +163,9 @@ void judge_gate(CellResult& c, const CellResult* ref) {
     g.why = "the cell did not run to the end";
     return;
   }
-  if (!ref || !ref->ok()) {
-    g.why = "its reference '" + c.cell.reference + "' did not run to the end";
+  if (!target || !target->ok()) {
+    g.why = (c.cell.twin.empty() ? "its reference '" : "its twin '") + c.cell.gate_target() +
+            "' did not run to the end";
     return;
   }
   // Agreement between dead runs proves nothing (as `parity compare` says of both runs dead).
@@ -145,17 +176,17 @@ void judge_gate(CellResult& c, const CellResult* ref) {
       return;
     }
   if (g.gate == Gate::Bitwise) {
-    if (!every_step_bitwise(c, *ref, g.why)) return;
-    if (!c.step1.have) {
-      g.why = "step 1 could not be compared: " + c.step1.why_not;
+    if (!every_step_bitwise(c, *target, g.why)) return;
+    if (!step1.have) {
+      g.why = "step 1 could not be compared: " + step1.why_not;
       return;
     }
-    if (c.step1.wrong_tensors > 0 || !c.step1.scalars_equal) {
-      g.why = std::to_string(c.step1.wrong_tensors) + " of " + std::to_string(c.step1.tensors) +
+    if (step1.wrong_tensors > 0 || !step1.scalars_equal) {
+      g.why = std::to_string(step1.wrong_tensors) + " of " + std::to_string(step1.tensors) +
               " tensors differ at step 1 (max " +
-              (c.step1.max_ulp == reports::kUlpInfinite ? std::string("inf")
-                                                        : std::to_string(c.step1.max_ulp)) +
-              " ulp)";
+              (step1.max_ulp == reports::kUlpInfinite ? std::string("inf")
+                                                      : std::to_string(step1.max_ulp)) +
+              " ulp)" + (c.cell.twin.empty() ? "" : " from its twin '" + c.cell.twin + "'");
       return;
     }
   } else {
@@ -171,61 +202,74 @@ void judge_gate(CellResult& c, const CellResult* ref) {
   g.passed = true;
 }
 
-// One cell against its reference, whose dump `ref_dump` gives when it has been read already.
-void judge(CellResult& cr, const CellResult* ref, const fs::path& cells_dir,
-           const std::function<const ReferenceDump&(const std::string&)>& ref_dump) {
-  if (cr.cell.reference.empty()) return;
-  if (!cr.ok()) {
+// Step 1 of a cell against its twin: every tensor and scalar (the twin's dump from `dump`).
+reports::Step1Diff against_twin(const CellResult& c, const CellResult* twin, const fs::path& cells_dir,
+                                const ReferenceDump& dump) {
+  reports::Step1Diff d;
+  if (!c.ok() || !twin || !twin->ok()) {
+    d.why_not = !c.ok() ? "the cell did not run to the end" : "its twin did not run to the end";
+    return d;
+  }
+  try {
+    std::vector<compare::CompareRow> rows;
+    d = diff_step1(dumps::read_dump((cells_dir / c.cell.name / "dump").string()), dump, rows);
+  } catch (const std::exception& e) {
+    d.why_not = e.what();
+  }
+  return d;
+}
+
+// One cell against its reference and its twin, whose dumps `dump_of` gives when they have
+// been read already.
+void judge(CellResult& cr, const MatrixResult& r, const fs::path& cells_dir, DumpCache& dump_of) {
+  if (cr.cell.reference.empty() && cr.cell.twin.empty()) return;
+  const CellResult* ref = r.find(cr.cell.reference);
+  if (cr.cell.reference.empty()) {
+  } else if (!cr.ok()) {
     cr.step1.why_not = cr.verdicts.why_not = "the cell did not run to the end";
   } else if (!ref || !ref->ok()) {
     cr.step1.why_not = cr.verdicts.why_not = "its reference did not run to the end";
   } else {
     try {
       compare_step1(cr, *ref, cells_dir / cr.cell.name / "dump",
-                    cells_dir / ref->cell.name / "dump", ref_dump(ref->cell.name));
+                    cells_dir / ref->cell.name / "dump", dump_of(ref->cell.name));
     } catch (const std::exception& e) {  // out of memory, say
-      judging_failed(cr, ref, e.what());
+      judging_failed(cr, r, e.what());
       return;
     }
   }
-  judge_gate(cr, ref);
+  if (cr.cell.twin.empty()) {
+    judge_gate(cr, ref, cr.step1);
+    return;
+  }
+  const CellResult* twin = r.find(cr.cell.twin);
+  try {
+    const bool both_ran = cr.ok() && twin && twin->ok();
+    judge_gate(cr, twin,
+               against_twin(cr, twin, cells_dir, both_ran ? dump_of(twin->cell.name) : ReferenceDump{}));
+  } catch (const std::exception& e) {
+    judging_failed(cr, r, e.what());
+  }
 }
 
-ReferenceDump read_reference(const fs::path& dir) {
-  ReferenceDump d;
-  try {
-    d.dump = dumps::read_dump(dir.string());
-  } catch (const std::exception& e) {
-    d.error = e.what();
-  }
-  return d;
-}
 
 }  // namespace
 
 void judge_cells(reports::MatrixResult& r, const fs::path& cells_dir) {
-  std::map<std::string, ReferenceDump> refs;  // each read once however many cells use it
-  auto ref_dump = [&](const std::string& name) -> const ReferenceDump& {
-    auto it = refs.find(name);
-    if (it == refs.end()) it = refs.emplace(name, read_reference(cells_dir / name / "dump")).first;
-    return it->second;
-  };
-  for (auto& cr : r.cells) judge(cr, r.find(cr.cell.reference), cells_dir, ref_dump);
+  DumpCache dumps(cells_dir);
+  for (auto& cr : r.cells) judge(cr, r, cells_dir, dumps);
 }
 
-void judging_failed(CellResult& c, const CellResult* ref, const std::string& why) {
+void judging_failed(CellResult& c, const MatrixResult& r, const std::string& why) {
   c.step1 = {};
   c.verdicts = {};
   c.step1.why_not = c.verdicts.why_not = "judging failed: " + why;
-  judge_gate(c, ref);
+  judge_gate(c, r.find(c.cell.gate_target()), c.step1);
 }
 
-void judge_cell(CellResult& c, const CellResult* ref, const fs::path& cells_dir) {
-  std::optional<ReferenceDump> read;
-  judge(c, ref, cells_dir, [&](const std::string& name) -> const ReferenceDump& {
-    if (!read) read = read_reference(cells_dir / name / "dump");
-    return *read;
-  });
+void judge_cell(CellResult& c, const MatrixResult& r, const fs::path& cells_dir) {
+  DumpCache dumps(cells_dir);  // the reference and the twin, once each
+  judge(c, r, cells_dir, dumps);
 }
 
 }  // namespace parity::matrix

@@ -1,6 +1,7 @@
 // Judging a matrix run's cells: each against its reference at step 1 (every scalar and
 // tensor with compare, the EXACT / ORDER-ONLY / WRONG verdicts with localise when both record
-// a ledger), then each cell's gate (reports/matrix.h, Gate).
+// a ledger), then each cell's gate (reports/matrix.h, Gate), which holds a cell with a twin
+// bitwise against the twin instead.
 #pragma once
 
 #include <filesystem>
@@ -15,13 +16,13 @@ namespace parity::matrix {
 // its gate fails.
 void judge_cells(reports::MatrixResult& r, const std::filesystem::path& cells_dir);
 
-// The same for one cell, `ref` being its reference's result (null when the matrix has none by
-// that name). The runner judges each cell as soon as it and its reference have ended.
-void judge_cell(reports::CellResult& c, const reports::CellResult* ref,
+// The same for one cell, its reference and twin found in `r`. The runner judges each cell as
+// soon as it, its reference and its twin have ended.
+void judge_cell(reports::CellResult& c, const reports::MatrixResult& r,
                 const std::filesystem::path& cells_dir);
 
 // A cell whose judging could not finish (`why`): no comparison, no verdicts, and its gate, if it
 // has one, fails saying so.
-void judging_failed(reports::CellResult& c, const reports::CellResult* ref, const std::string& why);
+void judging_failed(reports::CellResult& c, const reports::MatrixResult& r, const std::string& why);
 
 }  // namespace parity::matrix

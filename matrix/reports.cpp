@@ -121,11 +121,13 @@ int report_command(const ReportJob& o) {
     trend = std::make_unique<reports::Trend>(reports::trend(reports::read_history(o.history, o.last)));
   }
   std::string text;
-  if (o.format == "txt") text = reports::render_text(r, trend.get());
-  else if (o.format == "md") text = reports::render_markdown(r, trend.get());
-  else if (o.format == "json") text = reports::render_json(r, trend.get()).dump(1) + "\n";
-  else if (o.format == "csv") text = reports::render_csv(r);
-  else if (o.format == "html") text = reports::render_html(r, trend.get());
+  switch (o.format) {
+    case spec::ReportFormat::Txt: text = reports::render_text(r, trend.get()); break;
+    case spec::ReportFormat::Md: text = reports::render_markdown(r, trend.get()); break;
+    case spec::ReportFormat::Json: text = reports::render_json(r, trend.get()).dump(1) + "\n"; break;
+    case spec::ReportFormat::Csv: text = reports::render_csv(r); break;
+    case spec::ReportFormat::Html: text = reports::render_html(r, trend.get()); break;
+  }
   if (o.out.empty())
     std::cout << text;
   else

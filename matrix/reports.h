@@ -26,7 +26,7 @@ struct MatrixJob {
 
 struct ReportJob {
   std::string dir;             // the --out directory of a matrix run
-  std::string format = "txt";  // txt, md, json, csv or html
+  spec::ReportFormat format = spec::ReportFormat::Txt;
   std::string out;             // "" = standard output
   std::string history;
   int last = 10;

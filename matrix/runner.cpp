@@ -1,9 +1,5 @@
 #include "matrix/runner.h"
 
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -31,7 +27,7 @@
 #include "matrix/cells.h"
 #include "matrix/judge.h"
 #include "harness/run_options.h"
-#include "harness/signals.h"
+#include "harness/process.h"
 #include "harness/validate.h"
 #include "harness/version.h"
 #include "kernels/config.h"
@@ -45,9 +41,6 @@ using reports::MatrixResult;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-volatile std::sig_atomic_t g_interrupted = 0;  // the signal that stopped the run, or 0
-void on_interrupt(int sig) { g_interrupted = sig; }
 
 // A stopped or timed-out cell was told to stop (SIGTERM) and given time to remove its own
 // temporary files; whatever a SIGKILL left of them under its directory goes here.
@@ -92,54 +85,53 @@ namespace {
 using namespace detail;
 
 // Starts `args` with stdout and stderr into `log`, in its own process group (so that the
-// cell and any workers it forks can be stopped together).
+// cell and any workers it starts can be stopped together).
 pid_t spawn(const std::vector<std::string>& args, const fs::path& log) {
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  std::fflush(nullptr);
-  const pid_t pid = ::fork();
-  if (pid < 0) throw std::runtime_error("cannot fork a cell process");
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      ::close(fd);
-    }
-    ::execv(argv[0], argv.data());
-    std::fprintf(stderr, "parity: cannot run %s\n", argv[0]);
-    ::_exit(127);
-  }
-  ::setpgid(pid, pid);
-  return pid;
-}
-
-// Runs a short helper command to completion (the seed checkpoints); an interrupt stops it.
-int run_to_end(const std::vector<std::string>& args, const fs::path& log) {
-  const pid_t pid = spawn(args, log);
-  int status = 0;
-  for (;;) {
-    const pid_t p = ::waitpid(pid, &status, WNOHANG);
-    if (p == pid) break;
-    if (p < 0 && errno != EINTR) return 127;
-    if (g_interrupted) {
-      status = harness::stop_and_reap(pid, /*group=*/true, 5.0);
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  remove_leftover_temps(log.parent_path());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  harness::ChildOptions o;
+  o.own_group = true;
+  o.log = log.string();
+  return harness::start_program(args, o);
 }
 
 }  // namespace
 
 namespace detail {
 
-int run_seed_init(const std::vector<std::string>& args, const fs::path& log) {
-  return run_to_end(args, log);
+int run_seed_init(const std::vector<std::string>& args, const fs::path& log,
+                  const harness::StopFlag* stop) {
+  const pid_t pid = spawn(args, log);
+  std::optional<harness::ExitStatus> ended;
+  while (!(ended = harness::poll_child(pid))) {
+    if (stop && stop->signal()) {
+      ended = harness::stop_and_reap(pid, /*group=*/true, 5.0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  remove_leftover_temps(log.parent_path());
+  return ended->shell_code();
+}
+
+void settle(CellResult& c, const CellEnding& e) {
+  c.wall_seconds = e.seconds;
+  const bool exited_0 = !e.timed_out && e.exit.ok();
+  // A run that exits 0 has logged every step; anything less is not a clean result.
+  const bool all_steps = static_cast<int64_t>(c.steps.size()) == c.cell.steps;
+  const bool ok = exited_0 && all_steps;
+  c.status = ok ? "ok" : "failed";
+  c.error.clear();
+  char took[32];
+  std::snprintf(took, sizeof took, "%.1f", e.seconds);
+  if (ok) return;
+  if (e.timed_out)
+    c.error = "stopped after " + std::string(took) + " s (--cell-timeout-s)";
+  else if (e.stopped)
+    c.error = "interrupted";
+  else if (exited_0)
+    c.error = "logged " + std::to_string(c.steps.size()) + " of " + std::to_string(c.cell.steps) +
+              " steps (see " + c.log + ")";
+  else
+    c.error = e.exit.describe() + (e.last_error.empty() ? "" : ": " + e.last_error);
 }
 
 // The line that says why a cell failed: its last "parity:" line, else its last line.
@@ -229,12 +221,17 @@ void check_cell(const Cell& c, nlohmann::json& layout) {
 }
 
 MatrixResult prepare_cells(const reports::Matrix& m, const MatrixRunOptions& o) {
-  // The cells to run: all, or --only and their references.
+  // The cells to run: all, or --only with their references, their twins and the twins'
+  // references.
   std::set<std::string> wanted(o.only.begin(), o.only.end());
   for (const auto& n : o.only) {
     const Cell* c = m.find(n);
     if (!c) throw harness::UsageError("--only: no cell named '" + n + "' in " + m.source);
     if (!c->reference.empty()) wanted.insert(c->reference);
+    if (const Cell* twin = c->twin.empty() ? nullptr : m.find(c->twin)) {
+      wanted.insert(twin->name);
+      if (!twin->reference.empty()) wanted.insert(twin->reference);
+    }
   }
   for (const auto& [name, spec] : o.inject) {
     const Cell* c = m.find(name);
@@ -364,27 +361,26 @@ struct Judging {
   fs::path file;
 };
 
-// Forks the judgement of `c`; -1 when it cannot fork.
-pid_t fork_judge(const CellResult& c, const CellResult* ref, const fs::path& cells_dir,
+// Starts the judgement of `c` in a process of its own; -1 when it cannot. It ends with the
+// runner, and a stop stops it (the runner judges what is left itself).
+pid_t fork_judge(const CellResult& c, const MatrixResult& r, const fs::path& cells_dir,
                  const fs::path& file) {
-  const pid_t parent = ::getpid();
-  std::fflush(nullptr);
-  const pid_t pid = ::fork();
-  if (pid != 0) return pid;
-  // It ends with the runner, and a stop stops it (the runner judges what is left itself).
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (::getppid() != parent) ::_exit(1);
-  for (const int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, SIG_DFL);
-  int code = 1;
+  harness::ChildOptions o;
+  o.parent_death_signal = SIGKILL;
+  o.default_stop_signals = true;
   try {
-    MatrixResult one;
-    one.cells.push_back(c);
-    judge_cell(one.cells[0], ref, cells_dir);
-    dumps::write_file_atomically(file.string(), reports::to_json(one).dump());
-    code = 0;
-  } catch (...) {
+    return harness::start_child(
+        [&] {
+          MatrixResult one;
+          one.cells.push_back(c);
+          judge_cell(one.cells[0], r, cells_dir);
+          dumps::write_file_atomically(file.string(), reports::to_json(one).dump());
+          return 0;
+        },
+        o, "the judgement of " + c.cell.name);
+  } catch (const std::runtime_error&) {
+    return -1;
   }
-  ::_exit(code);
 }
 
 // The judged cell a judging process left in `file`, if it left one.
@@ -440,15 +436,11 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
   auto say = [&](const std::string& line) {
     if (!o.quiet) std::cerr << line << "\n" << std::flush;
   };
-  // A stop (Ctrl-C, SIGTERM) from here on stops the children and keeps what finished. The
-  // children are reaped by pid, which an inherited SIGCHLD = SIG_IGN would make impossible.
-  struct sigaction stop {}, old_int {}, old_term {}, old_hup {};
-  stop.sa_handler = on_interrupt;
-  sigemptyset(&stop.sa_mask);
-  ::sigaction(SIGINT, &stop, &old_int);
-  ::sigaction(SIGTERM, &stop, &old_term);
-  ::sigaction(SIGHUP, &stop, &old_hup);
-  auto* old_chld = std::signal(SIGCHLD, SIG_DFL);
+  // A stop (Ctrl-C, SIGTERM) from here on stops the children and keeps what finished.
+  std::optional<harness::StopFlag> stop;
+  stop.emplace();
+  int stop_signal = 0;  // once the flag is gone
+  const auto stopped = [&] { return stop ? stop->signal() : stop_signal; };
 
   // One seed checkpoint per batch shape.
   std::map<std::string, std::string> seeds;  // batch shape -> file, or "" when it failed
@@ -457,18 +449,18 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
     const std::string shape = c.cell.batch_shape();
     if (seeds.count(shape)) continue;
     const fs::path file = out / "seeds" / (shape + ".h5");
-    const int code = run_to_end({self, "init", "--flavor", spec::to_string(c.cell.flavor), "--seed",
+    const int code = detail::run_seed_init({self, "init", "--flavor", spec::to_string(c.cell.flavor), "--seed",
                                  std::to_string(c.cell.seed), "--out", file.string()},
-                                out / "seeds" / (shape + ".log"));
+                                out / "seeds" / (shape + ".log"), &*stop);
     seeds[shape] = code == 0 ? file.string() : "";
     if (code != 0) seed_errors[shape] = last_error(out / "seeds" / (shape + ".log"));
     say("matrix " + m.name + ": seed checkpoint " + shape +
         (code == 0 ? "" : " FAILED: " + seed_errors[shape]));
-    if (g_interrupted) break;
+    if (stopped()) break;
   }
 
   // The cells, longest first, as many at once as the cores allow; then, on the cores they
-  // leave free, each cell's judgement as soon as it and its reference have ended.
+  // leave free, each cell's judgement as soon as it, its reference and its twin have ended.
   const bool tty = ::isatty(2) && !o.quiet;
   const std::vector<size_t> order = detail::launch_order(r.cells);
   std::vector<Running> running;
@@ -479,9 +471,13 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
   auto judgeable = [&]() {
     for (size_t i = 0; i < r.cells.size(); ++i) {
       const auto& c = r.cells[i];
-      if (judge_started[i] || c.cell.reference.empty() || !ended(c)) continue;
-      const CellResult* ref = r.find(c.cell.reference);
-      if (!ref || ended(*ref)) return i;
+      if (judge_started[i] || (c.cell.reference.empty() && c.cell.twin.empty()) || !ended(c))
+        continue;
+      bool others_ended = true;  // its reference and its twin (one missing has nothing to wait for)
+      for (const std::string* name : {&c.cell.reference, &c.cell.twin})
+        if (const CellResult* other = name->empty() ? nullptr : r.find(*name))
+          others_ended = others_ended && ended(*other);
+      if (others_ended) return i;
     }
     return r.cells.size();
   };
@@ -490,19 +486,19 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
   auto last_note = Clock::now();
   // A stop tells the running cells (and their workers) to stop, and kills what is left 10 s on.
   auto stop_sent = Clock::time_point::max();
-  while ((!g_interrupted && (next < order.size() || judgeable() < r.cells.size())) ||
+  while ((!stopped() && (next < order.size() || judgeable() < r.cells.size())) ||
          !running.empty() || !judging.empty()) {
-    if (g_interrupted && stop_sent == Clock::time_point::max()) {
+    if (stopped() && stop_sent == Clock::time_point::max()) {
       for (const auto& run : running) {
         keep_logged_steps(out / "cells" / r.cells[run.index].cell.name, run.pid);
-        ::kill(-run.pid, SIGTERM);
+        harness::signal_child(run.pid, SIGTERM, /*group=*/true);
       }
       stop_sent = Clock::now();
-    } else if (g_interrupted && Clock::now() - stop_sent > std::chrono::seconds(10)) {
-      for (const auto& run : running) ::kill(-run.pid, SIGKILL);
+    } else if (stopped() && Clock::now() - stop_sent > std::chrono::seconds(10)) {
+      for (const auto& run : running) harness::signal_child(run.pid, SIGKILL, /*group=*/true);
     }
     // Start what fits.
-    while (!g_interrupted && next < order.size()) {
+    while (!stopped() && next < order.size()) {
       auto& cr = r.cells[order[next]];
       const int need = std::min(cr.cell.cores(), std::max(1, o.jobs));
       if (!running.empty() && busy + need > o.jobs) break;
@@ -526,16 +522,15 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
     }
     // Judge on the cores the cells leave, once every cell has started: no cell waits behind a
     // judgement.
-    while (!g_interrupted && next == order.size() && busy < std::max(1, o.jobs)) {
+    while (!stopped() && next == order.size() && busy < std::max(1, o.jobs)) {
       const size_t i = judgeable();
       if (i == r.cells.size()) break;
       judge_started[i] = 1;
       auto& cr = r.cells[i];
-      const CellResult* ref = r.find(cr.cell.reference);
       const fs::path file = out / "cells" / cr.cell.name / "judgement.json";
-      const pid_t pid = fork_judge(cr, ref, out / "cells", file);
+      const pid_t pid = fork_judge(cr, r, out / "cells", file);
       if (pid < 0) {  // judged here instead
-        judge_cell(cr, ref, out / "cells");
+        judge_cell(cr, r, out / "cells");
         say("[judged] " + cr.cell.name + ": " + judgement_line(cr));
         continue;
       }
@@ -545,52 +540,35 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
     // Reap what ended.
     bool reaped = false;
     for (size_t i = 0; i < running.size();) {
-      int status = 0;
-      const pid_t p = ::waitpid(running[i].pid, &status, WNOHANG);
-      const double secs = std::chrono::duration<double>(Clock::now() - running[i].started).count();
+      CellEnding e;
+      e.seconds = std::chrono::duration<double>(Clock::now() - running[i].started).count();
+      const auto ended = harness::poll_child(running[i].pid);
       // Only a cell still running can be over its time; one that has ended says how itself.
-      const bool timed_out = p == 0 && o.cell_timeout_s > 0 && secs > o.cell_timeout_s;
-      if (p == 0 && !timed_out) {
+      e.timed_out = !ended && o.cell_timeout_s > 0 && e.seconds > o.cell_timeout_s;
+      if (!ended && !e.timed_out) {
         ++i;
         continue;
       }
-      const bool lost = p < 0;  // not reapable: its exit status is unknown
       auto& cr = r.cells[running[i].index];
       const fs::path dir = out / "cells" / cr.cell.name;
-      if (timed_out) {  // stop the cell and its workers
+      if (e.timed_out) {  // stop the cell and its workers
         keep_logged_steps(dir, running[i].pid);
-        status = harness::stop_and_reap(running[i].pid, /*group=*/true, 5.0);
+        e.exit = harness::stop_and_reap(running[i].pid, /*group=*/true, 5.0);
+      } else {
+        e.exit = *ended;
       }
       remove_leftover_temps(dir);
-      cr.wall_seconds = secs;
       collect(cr, dir);
       cr.warnings = warnings(dir / "log.txt");
-      const bool exited_0 = !lost && !timed_out && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      // A run that exits 0 has logged every step; anything less is not a clean result.
-      const bool all_steps = static_cast<int64_t>(cr.steps.size()) == cr.cell.steps;
-      const bool ok = exited_0 && all_steps;
-      cr.status = ok ? "ok" : "failed";
-      char took[32];
-      std::snprintf(took, sizeof took, "%.1f", secs);
-      const std::string why = last_error(dir / "log.txt");
-      if (timed_out)
-        cr.error = "stopped after " + std::string(took) + " s (--cell-timeout-s)";
-      else if (g_interrupted && !ok)
-        cr.error = "interrupted";
-      else if (lost)
-        cr.error = "its process could not be waited for (" + std::string(std::strerror(errno)) + ")";
-      else if (exited_0)
-        cr.error = "logged " + std::to_string(cr.steps.size()) + " of " +
-                   std::to_string(cr.cell.steps) + " steps (see " + cr.log + ")";
-      else if (!ok)
-        cr.error = (WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
-                                        : "exit " + std::to_string(WEXITSTATUS(status))) +
-                   (why.empty() ? "" : ": " + why);
+      e.stopped = stopped() != 0;
+      e.last_error = last_error(dir / "log.txt");
+      settle(cr, e);
+      const bool ok = cr.ok();
       busy -= running[i].cores;
       ++done;
       char line[160];
       std::snprintf(line, sizeof line, "%s, %zu steps, %.3f s/step, %.1f s", ok ? "ok" : "FAILED",
-                    cr.steps.size(), cr.seconds_per_step, secs);
+                    cr.steps.size(), cr.seconds_per_step, e.seconds);
       if (tty) std::cerr << "\r\033[K";
       say("[done " + std::to_string(done) + "/" + std::to_string(r.cells.size()) + "] " +
           cr.cell.name + ": " + line + (ok ? "" : " -- " + cr.error));
@@ -601,9 +579,8 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
     }
     // Take back what was judged.
     for (size_t i = 0; i < judging.size();) {
-      int status = 0;
-      const pid_t p = ::waitpid(judging[i].pid, &status, WNOHANG);
-      if (p == 0) {
+      const auto ended = harness::poll_child(judging[i].pid);
+      if (!ended) {
         ++i;
         continue;
       }
@@ -618,15 +595,11 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
         cr.step1 = judged->step1;
         cr.verdicts = judged->verdicts;
         cr.gate = judged->gate;
-      } else if (g_interrupted) {
+      } else if (stopped()) {
         judge_started[index] = 0;  // stopped with the run: judged below
         continue;
       } else {
-        judging_failed(cr, r.find(cr.cell.reference),
-                       p < 0 ? "its process could not be waited for"
-                       : WIFSIGNALED(status)
-                           ? "its process was killed by signal " + std::to_string(WTERMSIG(status))
-                           : "its process exited " + std::to_string(WEXITSTATUS(status)));
+        judging_failed(cr, r, "its process: " + ended->describe());
       }
       if (tty) std::cerr << "\r\033[K";
       say("[judged] " + cr.cell.name + ": " + judgement_line(cr));
@@ -644,21 +617,18 @@ MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
     if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   if (tty) std::cerr << "\r\033[K" << std::flush;
-  ::sigaction(SIGINT, &old_int, nullptr);
-  ::sigaction(SIGTERM, &old_term, nullptr);
-  ::sigaction(SIGHUP, &old_hup, nullptr);
-  std::signal(SIGCHLD, old_chld);
+  stop_signal = stop->signal();
+  stop.reset();  // the handlers before it are back
   for (auto& cr : r.cells)
-    if (cr.status == "not run" && g_interrupted) cr.error = "interrupted before it started";
+    if (cr.status == "not run" && stopped()) cr.error = "interrupted before it started";
 
   // What was not judged in the loop (a stop came first): judged now, as far as it ran.
   for (size_t i = 0; i < r.cells.size(); ++i)
-    if (!judge_started[i]) judge_cell(r.cells[i], r.find(r.cells[i].cell.reference), out / "cells");
+    if (!judge_started[i]) judge_cell(r.cells[i], r, out / "cells");
   r.wall_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   reports::write_results(o.out_dir, r);
-  if (g_interrupted) {
-    const int sig = g_interrupted;
-    g_interrupted = 0;
+  if (stopped()) {
+    const int sig = stopped();
     throw Interrupted("stopped by signal " + std::to_string(sig) + "; the cells that finished "
                       "are in " + o.out_dir + "/results.json", sig);
   }

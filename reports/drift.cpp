@@ -270,6 +270,8 @@ std::vector<SummaryRow> summary_rows(const MatrixResult& r) {
       s.note = c.verdicts.first_wrong;
     else if (!c.warnings.empty())
       s.note = c.warnings.front();
+    else if (!c.cell.twin.empty())
+      s.note = "bitwise equal to its twin " + c.cell.twin;
     out.push_back(std::move(s));
   }
   return out;

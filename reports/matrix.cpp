@@ -17,14 +17,13 @@
 
 namespace parity::reports {
 
-const char* to_string(Gate g) {
-  switch (g) {
-    case Gate::None: return "none";
-    case Gate::Bitwise: return "bitwise";
-    case Gate::OrderOnly: return "order-only";
-  }
-  return "?";
+const spec::Choices<Gate>& gates() {
+  static const spec::Choices<Gate> t{
+      "gate", {{Gate::None, "none"}, {Gate::Bitwise, "bitwise"}, {Gate::OrderOnly, "order-only"}}};
+  return t;
 }
+
+const char* to_string(Gate g) { return gates().name(g); }
 
 std::string Cell::batch_shape() const {
   return std::string(spec::to_string(flavor)) + "_s" + std::to_string(seed) + "_" +
@@ -109,16 +108,6 @@ bool get_bool(const toml::node& n, const Place& p) {
   return *n.value<bool>();
 }
 
-std::string one_of(const toml::node& n, const Place& p, std::initializer_list<const char*> allowed) {
-  const std::string v = get_string(n, p);
-  std::string list;
-  for (const char* a : allowed) {
-    if (v == a) return v;
-    list += std::string(list.empty() ? "" : ", ") + a;
-  }
-  fail(p, "'" + v + "' is not one of: " + list);
-}
-
 // A value of one of the specification's closed sets, by its table.
 template <class E>
 E named(const toml::node& n, const Place& p, const spec::Choices<E>& table) {
@@ -165,11 +154,9 @@ const std::map<std::string, Setter>& setters() {
       {"max_norm", [](Cell& c, auto& n, auto& p) { c.max_norm = get_positive(n, p); }},
       {"pseudo_query_init", [](Cell& c, auto& n, auto& p) { c.pseudo_query_init = named(n, p, spec::pseudo_query_inits()); }},
       {"reference", [](Cell& c, auto& n, auto& p) { c.reference = get_string(n, p); }},
+      {"twin", [](Cell& c, auto& n, auto& p) { c.twin = get_string(n, p); }},
       {"device", [](Cell& c, auto& n, auto& p) { c.device = named(n, p, spec::devices()); }},
-      {"gate", [](Cell& c, auto& n, auto& p) {
-         const auto g = one_of(n, p, {"none", "bitwise", "order-only"});
-         c.gate = g == "bitwise" ? Gate::Bitwise : g == "order-only" ? Gate::OrderOnly : Gate::None;
-       }},
+      {"gate", [](Cell& c, auto& n, auto& p) { c.gate = named(n, p, gates()); }},
       {"nproc", [](Cell& c, auto& n, auto& p) { c.nproc = get_small(n, p, 0); }},
       {"backend", [](Cell& c, auto& n, auto& p) { c.backend = named(n, p, spec::backends()); }},
       {"inject", [](Cell& c, auto& n, auto& p) {
@@ -195,7 +182,8 @@ void apply(Cell& c, const toml::table& t, Place p) {
     auto it = setters().find(p.key);
     if (it == setters().end())
       fail(p, "unknown key; a cell takes: " + known_keys());
-    if (p.cell.empty() && (p.key == "name" || p.key == "label" || p.key == "reference"))
+    if (p.cell.empty() &&
+        (p.key == "name" || p.key == "label" || p.key == "reference" || p.key == "twin"))
       fail(p, "'" + p.key + "' belongs to one cell, not to [defaults]");
     it->second(c, node, p);
   }
@@ -327,11 +315,23 @@ Matrix parse_matrix(const std::string& text, const std::string& source) {
                   "against an fp64 run)");
   }
   for (auto& c : m.cells) {
+    if (c.twin.empty()) continue;
+    const Place p{source, c.name, "twin", line_of[c.name]};
+    const Cell* twin = m.find(c.twin);
+    if (!twin) fail(p, "no cell named '" + c.twin + "'; name one of this file's cells");
+    if (twin == &c) fail(p, "a cell cannot be its own twin; name the cell it must equal");
+    if (!(static_cast<const spec::RunSpec&>(*twin) == static_cast<const spec::RunSpec&>(c)))
+      fail(p, "'" + c.twin + "' is another run: twins differ only in how the run is carried "
+                  "out (nproc, backend); give both the same run keys");
+    if (c.gate != Gate::Bitwise)
+      fail(p, "a cell is held bit for bit against its twin: give it gate = \"bitwise\"");
+  }
+  for (auto& c : m.cells) {
     if (!c.label.empty()) continue;
     c.label = default_label(c, c.reference.empty() ? nullptr : m.find(c.reference));
   }
   for (auto& c : m.cells)
-    if (c.reference.empty() && c.gate != Gate::None)
+    if (c.reference.empty() && c.twin.empty() && c.gate != Gate::None)
       fail({source, c.name, "gate", line_of[c.name]}, "a reference has nothing to be gated against; give the "
                                         "gate to the cells that name it");
   return m;

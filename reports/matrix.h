@@ -18,8 +18,9 @@
 //   vp = 2
 //   gate = "order-only"
 //
-// Cell keys: name, label [derived from the shape], reference [none: a reference], gate [none |
-// bitwise | order-only], nproc [0: in-process], backend [gloo when nproc > 0], and the RunSpec's
+// Cell keys: name, label [derived from the shape], reference [none: a reference], twin [none:
+// a cell of the same run to equal bit for bit; needs gate = "bitwise"], gate [none | bitwise |
+// order-only], nproc [0: in-process], backend [gloo when nproc > 0], and the RunSpec's
 // fields under their names (spec/run_spec.h; defaults as there, but flavor [tiny] and dtype
 // [bf16]): trainer, flavor, dtype, steps, microbatches, rows, seq_len, seed, lr, warmup,
 // lr_schedule, threads, dp, pp, vp, schedule, cache, split, clip_order, grad_accum, attn_res,
@@ -55,7 +56,8 @@ class MatrixError : public spec::BadInput {
 //   order-only  no WRONG verdict at step 1 (contract 2 and 4: only reduction order differs);
 //   none        reported, not gated.
 enum class Gate { None, Bitwise, OrderOnly };
-const char* to_string(Gate g);  // "none" | "bitwise" | "order-only"
+const spec::Choices<Gate>& gates();  // the `gate` key: none, bitwise, order-only
+const char* to_string(Gate g);
 
 // A cell: a name, a label, a reference and a gate, and the run it is (a RunSpec, with how many
 // processes carry it out). A matrix's runs default to the seed's tables: the tiny flavor in
@@ -69,11 +71,17 @@ struct Cell : spec::RunSpec {
   std::string name;
   std::string label;  // the drift table's row name
   std::string reference;  // "" = a reference
+  // "" = none; else the cell this one must equal bit for bit: the same RunSpec carried out
+  // another way (other processes, another backend). Its gate (bitwise) holds it against the
+  // twin; its reference still places it in the drift tables.
+  std::string twin;
   Gate gate = Gate::None;
   int nproc = 0;
   std::optional<spec::Backend> backend;  // none: gloo when nproc > 0
 
   bool multi_process() const { return nproc > 0; }
+  // The cell the gate holds this one against: its twin when it has one, else its reference.
+  const std::string& gate_target() const { return twin.empty() ? reference : twin; }
   // Cores the cell keeps busy while it runs (its processes times their threads).
   int cores() const { return (nproc > 0 ? nproc : 1) * threads; }
   // The seed checkpoint's key: cells with equal keys share one checkpoint.

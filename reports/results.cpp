@@ -76,18 +76,12 @@ json cell_json(const Cell& c) {
           {"grad_accum", spec::to_string(c.grad_accum)},
           {"reverse_microbatches", c.reverse_microbatches},
           {"reference", c.reference},
+          {"twin", c.twin},
           {"device", spec::to_string(c.device)},
           {"gate", to_string(c.gate)},
           {"nproc", c.nproc},
           {"backend", name_or_empty(c.backend)},
           {"inject", c.inject}};
-}
-
-Gate gate_from(const std::string& s) {
-  if (s == "bitwise") return Gate::Bitwise;
-  if (s == "order-only") return Gate::OrderOnly;
-  if (s == "none") return Gate::None;
-  throw MatrixError("unknown gate '" + s + "' in results");
 }
 
 Cell cell_from(const json& j) {
@@ -114,8 +108,9 @@ Cell cell_from(const json& j) {
   c.grad_accum = choice_from(j, "grad_accum", spec::grad_accums());
   c.reverse_microbatches = j.at("reverse_microbatches");
   c.reference = j.at("reference");
+  c.twin = j.value("twin", std::string());  // absent in results written before twins
   if (j.contains("device")) c.device = choice_from(j, "device", spec::devices());
-  c.gate = gate_from(j.at("gate"));
+  c.gate = choice_from(j, "gate", gates());
   c.nproc = j.at("nproc");
   c.backend = optional_from(j, "backend", spec::backends());
   c.inject = j.at("inject").get<std::vector<std::string>>();
@@ -197,7 +192,7 @@ CellResult cell_result_from(const json& j) {
   c.verdicts.first_wrong = v.at("first_wrong");
   c.verdicts.divergence = v.at("divergence");
   const auto& g = j.at("gate");
-  c.gate.gate = gate_from(g.at("gate"));
+  c.gate.gate = choice_from(g, "gate", gates());
   c.gate.passed = g.at("passed");
   c.gate.why = g.at("why");
   c.layout = j.at("layout");

@@ -99,6 +99,28 @@ const Choices<TokenDtype>& token_dtypes() {
   return t;
 }
 
+const Choices<ReportFormat>& report_formats() {
+  static const Choices<ReportFormat> t{"--format",
+                                       {{ReportFormat::Txt, "txt"},
+                                        {ReportFormat::Md, "md"},
+                                        {ReportFormat::Json, "json"},
+                                        {ReportFormat::Csv, "csv"},
+                                        {ReportFormat::Html, "html"}}};
+  return t;
+}
+
+const Choices<BenchTarget>& bench_targets() {
+  static const Choices<BenchTarget> t{"--what",
+                                      {{BenchTarget::Reference, "reference"},
+                                       {BenchTarget::Step, "step"},
+                                       {BenchTarget::Pipelined, "pipelined"},
+                                       {BenchTarget::Ratio, "ratio"},
+                                       {BenchTarget::Kda, "kda"},
+                                       {BenchTarget::Compare, "compare"},
+                                       {BenchTarget::Gemm, "gemm"}}};
+  return t;
+}
+
 const char* to_string(Flavor v) { return flavors().name(v); }
 const char* to_string(Precision v) { return precisions().name(v); }
 const char* to_string(Trainer v) { return trainers().name(v); }
@@ -113,6 +135,8 @@ const char* to_string(Device v) { return devices().name(v); }
 const char* to_string(Backend v) { return backends().name(v); }
 const char* to_string(PseudoQueryInit v) { return pseudo_query_inits().name(v); }
 const char* to_string(TokenDtype v) { return token_dtypes().name(v); }
+const char* to_string(ReportFormat v) { return report_formats().name(v); }
+const char* to_string(BenchTarget v) { return bench_targets().name(v); }
 
 ScheduleKind default_schedule(int vp) {
   return vp == 1 ? ScheduleKind::OneFOneB : ScheduleKind::Interleaved1F1B;

@@ -49,6 +49,12 @@ enum class PseudoQueryInit { TruncNormal, Zero };
 // A raw token file's element type (little-endian).
 enum class TokenDtype { U16, I32, I64 };
 
+// The formats a report or a drift table is written in.
+enum class ReportFormat { Txt, Md, Json, Csv, Html };
+
+// What `parity bench` measures (harness/bench.h).
+enum class BenchTarget { Reference, Step, Pipelined, Ratio, Kda, Compare, Gemm };
+
 const Choices<Flavor>& flavors();
 const Choices<Precision>& precisions();
 const Choices<Trainer>& trainers();
@@ -63,6 +69,8 @@ const Choices<Device>& devices();
 const Choices<Backend>& backends();
 const Choices<PseudoQueryInit>& pseudo_query_inits();
 const Choices<TokenDtype>& token_dtypes();
+const Choices<ReportFormat>& report_formats();
+const Choices<BenchTarget>& bench_targets();
 
 // Names through the tables, for printing and for argument-dependent lookup.
 const char* to_string(Flavor v);
@@ -79,6 +87,8 @@ const char* to_string(Device v);
 const char* to_string(Backend v);
 const char* to_string(PseudoQueryInit v);
 const char* to_string(TokenDtype v);
+const char* to_string(ReportFormat v);
+const char* to_string(BenchTarget v);
 
 // The schedule a pipeline of vp virtual stages per rank runs when none is named:
 // 1f1b for vp 1, interleaved1f1b otherwise.

@@ -195,6 +195,25 @@ TEST(Tolerance, PresetsParseExact) {
   EXPECT_EQ(parse_tolerance("ulp:37")->ulps, 37u);
   for (const char* bad : {"ulp:", "ulp:-1", "ulp:1x", "exact", "ulp:99999999999999999999", ""})
     EXPECT_FALSE(parse_tolerance(bad).has_value()) << bad;
+  // The refusal's message comes from the preset table, in the one form every option uses.
+  EXPECT_EQ(tolerance_kinds().unknown_message(tolerance_kinds().option(), "exact"),
+            "unknown --tol 'exact'; accepted: bitwise, ulp:K, torch");
+  EXPECT_FALSE(parse_tolerance("ulp:K").has_value());  // the form's name is not a value
+}
+
+TEST(UlpDtypes, TheTableRoundTripsAndRefusesWithTheAcceptedNames) {
+  const auto& t = ulp_dtypes();
+  EXPECT_EQ(t.names(), "bf16, fp16, fp32, fp64");
+  for (const auto d : t.values()) {
+    EXPECT_EQ(t.parse(t.name(d)), d);
+    EXPECT_STREQ(t.name(d), short_name(d));  // the name printed beside a ulp count
+  }
+  try {
+    t.parse("fp8");
+    ADD_FAILURE() << "fp8 parsed";
+  } catch (const parity::spec::BadInput& e) {
+    EXPECT_STREQ(e.what(), "unknown --ulp-dtype 'fp8'; accepted: bf16, fp16, fp32, fp64");
+  }
 }
 
 }  // namespace

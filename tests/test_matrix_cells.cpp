@@ -129,4 +129,79 @@ TEST(MatrixCells, PreparingTheCellsAppliesOnlyStepsDeviceAndInject) {
   EXPECT_TRUE(r.cells[0].cell.inject.empty());
 }
 
+// How a cell's process ended becomes the cell's status and error: ok only for exit 0 with
+// every step logged; otherwise one reason, the most telling first.
+class SettleCell : public ::testing::Test {
+ protected:
+  parity::reports::CellResult cell(int logged) {
+    parity::reports::CellResult c;
+    c.cell.name = "p";
+    c.cell.steps = 3;
+    c.log = "cells/p/log.txt";
+    c.steps.resize(static_cast<size_t>(logged));
+    return c;
+  }
+  static parity::harness::ExitStatus exited(int code) {
+    return {parity::harness::ExitStatus::Kind::Exited, code};
+  }
+};
+
+TEST_F(SettleCell, ExitZeroWithEveryStepIsOk) {
+  auto c = cell(3);
+  detail::CellEnding e;
+  e.exit = exited(0);
+  e.seconds = 2.5;
+  detail::settle(c, e);
+  EXPECT_EQ(c.status, "ok");
+  EXPECT_EQ(c.error, "");
+  EXPECT_EQ(c.wall_seconds, 2.5);
+}
+
+TEST_F(SettleCell, ExitZeroWithStepsMissingIsAFailureThatCountsThem) {
+  auto c = cell(2);
+  detail::CellEnding e;
+  e.exit = exited(0);
+  detail::settle(c, e);
+  EXPECT_EQ(c.status, "failed");
+  EXPECT_EQ(c.error, "logged 2 of 3 steps (see cells/p/log.txt)");
+}
+
+TEST_F(SettleCell, AnExitCodeOrASignalIsNamedWithTheLogsLastError) {
+  auto c = cell(3);
+  detail::CellEnding e;
+  e.exit = exited(2);
+  e.last_error = "parity: unknown --dtype 'fp16'";
+  detail::settle(c, e);
+  EXPECT_EQ(c.status, "failed");
+  EXPECT_EQ(c.error, "exit 2: parity: unknown --dtype 'fp16'");
+  e.exit = {parity::harness::ExitStatus::Kind::Signalled, 9};
+  e.last_error.clear();
+  detail::settle(c, e);
+  EXPECT_EQ(c.error, "killed by signal 9");
+  e.exit = {};
+  detail::settle(c, e);
+  EXPECT_EQ(c.error, "could not be waited for");
+}
+
+TEST_F(SettleCell, ATimeoutOrAStopSaysSoBeforeHowItExited) {
+  auto c = cell(1);
+  detail::CellEnding e;
+  e.exit = {parity::harness::ExitStatus::Kind::Signalled, 15};
+  e.timed_out = true;
+  e.seconds = 12.34;
+  detail::settle(c, e);
+  EXPECT_EQ(c.status, "failed");
+  EXPECT_EQ(c.error, "stopped after 12.3 s (--cell-timeout-s)");
+  e.timed_out = false;
+  e.stopped = true;
+  detail::settle(c, e);
+  EXPECT_EQ(c.error, "interrupted");
+  // A cell that finished cleanly before the stop is still ok.
+  auto done = cell(3);
+  e.stopped = true;
+  e.exit = exited(0);
+  detail::settle(done, e);
+  EXPECT_EQ(done.status, "ok");
+}
+
 }  // namespace

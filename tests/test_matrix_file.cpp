@@ -312,6 +312,14 @@ TEST(ParseMatrixErrors, SelfReference) {
   EXPECT_TRUE(contains(e, "its own reference")) << e;
 }
 
+TEST(ParseMatrixErrors, AnUnknownGateNamesTheKeyTheValueAndEveryGate) {
+  const std::string e = parse_error(
+      "[[cell]]\nname = \"r\"\n[[cell]]\nname = \"a\"\nreference = \"r\"\ngate = \"exact\"\n");
+  EXPECT_TRUE(contains(e, "cell 'a'")) << e;
+  EXPECT_TRUE(contains(e, "unknown gate 'exact'; accepted: none, bitwise, order-only")) << e;
+  for (const auto g : rp::gates().values()) EXPECT_EQ(rp::gates().parse(rp::to_string(g)), g);
+}
+
 TEST(ParseMatrixErrors, AGateOnAReferenceCell) {
   const std::string e = parse_error("[[cell]]\nname = \"a\"\ngate = \"bitwise\"\n");
   EXPECT_TRUE(contains(e, "cell 'a'")) << e;

@@ -78,6 +78,9 @@ TEST(Spec, EveryTableRoundTripsAndRefusesWithOneMessageForm) {
   check_table(backends(), "--backend", {"gloo", "nccl"});
   check_table(pseudo_query_inits(), "--pseudo-query-init", {"trunc-normal", "zero"});
   check_table(token_dtypes(), "--tokens-dtype", {"uint16", "int32", "int64"});
+  check_table(report_formats(), "--format", {"txt", "md", "json", "csv", "html"});
+  check_table(bench_targets(), "--what",
+              {"reference", "step", "pipelined", "ratio", "kda", "compare", "gemm"});
 }
 
 TEST(Spec, NamesMeanTheValuesTheCodeExpects) {

@@ -25,6 +25,17 @@ struct ReferenceDump {
   std::string error;  // why it could not be read
 };
 
+// The dump in `dir`, or why it could not be read.
+ReferenceDump read_dump_of(const fs::path& dir) {
+  ReferenceDump d;
+  try {
+    d.dump = dumps::read_dump(dir.string());
+  } catch (const std::exception& e) {
+    d.error = e.what();
+  }
+  return d;
+}
+
 // The cells' dumps, each read once however many cells compare against it.
 class DumpCache {
  public:
@@ -32,13 +43,7 @@ class DumpCache {
   const ReferenceDump& operator()(const std::string& cell) {
     auto it = read_.find(cell);
     if (it != read_.end()) return it->second;
-    ReferenceDump d;
-    try {
-      d.dump = dumps::read_dump((dir_ / cell / "dump").string());
-    } catch (const std::exception& e) {
-      d.error = e.what();
-    }
-    return read_.emplace(cell, std::move(d)).first->second;
+    return read_.emplace(cell, read_dump_of(dir_ / cell / "dump")).first->second;
   }
 
  private:
@@ -72,14 +77,17 @@ reports::Step1Diff diff_step1(const dumps::Dump& a, const ReferenceDump& b,
   return d;
 }
 
-// Step 1 of `cell` against `ref`: every scalar and tensor, and the ledger verdicts.
-void compare_step1(CellResult& cell, const CellResult& ref, const fs::path& cell_dump,
-                   const fs::path& ref_dump, const ReferenceDump& b) {
-  // Read and compared once: the verdicts below reuse both.
-  dumps::Dump a;
+// Step 1 of `cell` (its dump `own`) against `ref` (its dump `b`): every scalar and tensor, and
+// the ledger verdicts.
+void compare_step1(CellResult& cell, const CellResult& ref, const ReferenceDump& own,
+                   const fs::path& cell_dump, const fs::path& ref_dump, const ReferenceDump& b) {
+  // Compared once: the verdicts below reuse the rows.
+  const dumps::Dump& a = own.dump;
   std::vector<compare::CompareRow> rows;
   try {
-    a = dumps::read_dump(cell_dump.string());
+    // the reference's failure first, as it is the more likely to be shared by many cells
+    if (!b.error.empty()) throw dumps::DumpError(b.error);
+    if (!own.error.empty()) throw dumps::DumpError(own.error);
     cell.step1 = diff_step1(a, b, rows);
   } catch (const std::exception& e) {
     cell.step1.why_not = e.what();
@@ -203,16 +211,13 @@ void judge_gate(CellResult& c, const CellResult* target, const reports::Step1Dif
 }
 
 // Step 1 of a cell against its twin: every tensor and scalar (the twin's dump from `dump`).
-reports::Step1Diff against_twin(const CellResult& c, const CellResult* twin, const fs::path& cells_dir,
-                                const ReferenceDump& dump) {
+// Step 1 of a cell (its dump `own`) against its twin (its dump `dump`): every tensor and scalar.
+reports::Step1Diff against_twin(const ReferenceDump& own, const ReferenceDump& dump) {
   reports::Step1Diff d;
-  if (!c.ok() || !twin || !twin->ok()) {
-    d.why_not = !c.ok() ? "the cell did not run to the end" : "its twin did not run to the end";
-    return d;
-  }
   try {
+    if (!own.error.empty()) throw dumps::DumpError(own.error);
     std::vector<compare::CompareRow> rows;
-    d = diff_step1(dumps::read_dump((cells_dir / c.cell.name / "dump").string()), dump, rows);
+    d = diff_step1(own.dump, dump, rows);
   } catch (const std::exception& e) {
     d.why_not = e.what();
   }
@@ -224,30 +229,34 @@ reports::Step1Diff against_twin(const CellResult& c, const CellResult* twin, con
 void judge(CellResult& cr, const MatrixResult& r, const fs::path& cells_dir, DumpCache& dump_of) {
   if (cr.cell.reference.empty() && cr.cell.twin.empty()) return;
   const CellResult* ref = r.find(cr.cell.reference);
-  if (cr.cell.reference.empty()) {
-  } else if (!cr.ok()) {
-    cr.step1.why_not = cr.verdicts.why_not = "the cell did not run to the end";
-  } else if (!ref || !ref->ok()) {
-    cr.step1.why_not = cr.verdicts.why_not = "its reference did not run to the end";
-  } else {
-    try {
-      compare_step1(cr, *ref, cells_dir / cr.cell.name / "dump",
+  const CellResult* twin = r.find(cr.cell.twin);
+  std::optional<ReferenceDump> own;  // the cell's dump, read once for both comparisons
+  auto own_dump = [&]() -> const ReferenceDump& {
+    if (!own) own = read_dump_of(cells_dir / cr.cell.name / "dump");
+    return *own;
+  };
+  try {
+    if (cr.cell.reference.empty()) {
+      // a cell held against its twin alone
+    } else if (!cr.ok()) {
+      cr.step1.why_not = cr.verdicts.why_not = "the cell did not run to the end";
+    } else if (!ref || !ref->ok()) {
+      cr.step1.why_not = cr.verdicts.why_not = "its reference did not run to the end";
+    } else {
+      compare_step1(cr, *ref, own_dump(), cells_dir / cr.cell.name / "dump",
                     cells_dir / ref->cell.name / "dump", dump_of(ref->cell.name));
-    } catch (const std::exception& e) {  // out of memory, say
-      judging_failed(cr, r, e.what());
+    }
+    if (cr.cell.twin.empty()) {
+      judge_gate(cr, ref, cr.step1);
       return;
     }
-  }
-  if (cr.cell.twin.empty()) {
-    judge_gate(cr, ref, cr.step1);
-    return;
-  }
-  const CellResult* twin = r.find(cr.cell.twin);
-  try {
-    const bool both_ran = cr.ok() && twin && twin->ok();
-    judge_gate(cr, twin,
-               against_twin(cr, twin, cells_dir, both_ran ? dump_of(twin->cell.name) : ReferenceDump{}));
-  } catch (const std::exception& e) {
+    reports::Step1Diff step1;
+    if (!cr.ok() || !twin || !twin->ok())
+      step1.why_not = !cr.ok() ? "the cell did not run to the end" : "its twin did not run to the end";
+    else
+      step1 = against_twin(own_dump(), dump_of(twin->cell.name));
+    judge_gate(cr, twin, step1);
+  } catch (const std::exception& e) {  // out of memory, say
     judging_failed(cr, r, e.what());
   }
 }

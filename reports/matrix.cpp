@@ -119,6 +119,15 @@ E named(const toml::node& n, const Place& p, const spec::Choices<E>& table) {
   }
 }
 
+// The cell `name` that `c` names under the key p.key; neither missing nor `c` itself.
+const Cell* other_cell(const Matrix& m, const Cell& c, const std::string& name, const Place& p,
+                       const std::string& remedy_for_self) {
+  const Cell* other = m.find(name);
+  if (!other) fail(p, "no cell named '" + name + "'; name one of this file's cells");
+  if (other == &c) fail(p, "a cell cannot be its own " + p.key + "; " + remedy_for_self);
+  return other;
+}
+
 using Setter = std::function<void(Cell&, const toml::node&, const Place&)>;
 
 const std::map<std::string, Setter>& setters() {
@@ -293,9 +302,7 @@ Matrix parse_matrix(const std::string& text, const std::string& source) {
   for (auto& c : m.cells) {
     if (c.reference.empty()) continue;
     const Place p{source, c.name, "reference", line_of[c.name]};
-    const Cell* ref = m.find(c.reference);
-    if (!ref) fail(p, "no cell named '" + c.reference + "'; name one of this file's cells");
-    if (ref == &c) fail(p, "a cell cannot be its own reference; drop the key to make it one");
+    const Cell* ref = other_cell(m, c, c.reference, p, "drop the key to make it a reference");
     if (!ref->reference.empty())
       fail(p, "'" + c.reference + "' is compared against '" + ref->reference +
                   "' itself; name a reference cell (one without a reference key)");
@@ -317,9 +324,7 @@ Matrix parse_matrix(const std::string& text, const std::string& source) {
   for (auto& c : m.cells) {
     if (c.twin.empty()) continue;
     const Place p{source, c.name, "twin", line_of[c.name]};
-    const Cell* twin = m.find(c.twin);
-    if (!twin) fail(p, "no cell named '" + c.twin + "'; name one of this file's cells");
-    if (twin == &c) fail(p, "a cell cannot be its own twin; name the cell it must equal");
+    const Cell* twin = other_cell(m, c, c.twin, p, "name the cell it must equal");
     if (!(static_cast<const spec::RunSpec&>(*twin) == static_cast<const spec::RunSpec&>(c)))
       fail(p, "'" + c.twin + "' is another run: twins differ only in how the run is carried "
                   "out (nproc, backend); give both the same run keys");

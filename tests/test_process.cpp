@@ -52,6 +52,16 @@ struct Gate {
   }
 };
 
+// A child that exits 0 once `gate` opens.
+pid_t blocked_child(const Gate& gate) {
+  return h::start_child(
+      [&gate] {
+        gate.wait_in_child();
+        return 0;
+      },
+      ChildOptions{}, "blocked child");
+}
+
 TEST(ExitStatus, DescribesAndCodesEachEnding) {
   const ExitStatus ok{ExitStatus::Kind::Exited, 0}, three{ExitStatus::Kind::Exited, 3},
       term{ExitStatus::Kind::Signalled, SIGTERM}, lost{};
@@ -78,12 +88,7 @@ TEST(Process, AChildEndsWithWhatItsBodyReturnsAndOneWhenItThrows) {
 
 TEST(Process, AChildIsSeenRunningUntilItEnds) {
   Gate gate;
-  const pid_t pid = h::start_child(
-      [&] {
-        gate.wait_in_child();
-        return 0;
-      },
-      ChildOptions{}, "blocked child");
+  const pid_t pid = blocked_child(gate);
   EXPECT_FALSE(h::poll_child(pid).has_value());  // it cannot end before the gate opens
   gate.open_gate();
   EXPECT_TRUE(wait_end(pid).ok());
@@ -92,12 +97,7 @@ TEST(Process, AChildIsSeenRunningUntilItEnds) {
 
 TEST(Process, StopAndReapEndsAChildWithSigtermAndOneThatIgnoresItWithSigkill) {
   Gate gate;
-  const pid_t polite = h::start_child(
-      [&] {
-        gate.wait_in_child();
-        return 0;
-      },
-      ChildOptions{}, "polite");
+  const pid_t polite = blocked_child(gate);
   const ExitStatus p = h::stop_and_reap(polite, /*group=*/false, 30.0);
   EXPECT_TRUE(p.signalled());
   EXPECT_EQ(p.value, SIGTERM);

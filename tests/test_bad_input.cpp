@@ -103,7 +103,7 @@ const std::vector<Case>& cases() {
       {"DriftBinaryLog", "drift ref.log ckpt.h5", "log 'ckpt.h5': holds binary data"},
       {"DriftLabelsMiscounted", "drift ref.log ref.log --labels a", "--labels: 1 label\\(s\\) for 2 logs"},
       {"DriftStepNotLogged", "drift ref.log ref.log --steps 1,7", "--steps: the reference 'ref.log' logs no step 7"},
-      {"DriftBadFormat", "drift ref.log ref.log --format pdf", "--format"},
+      {"DriftBadFormat", "drift ref.log ref.log --format pdf", "unknown --format 'pdf'; accepted: txt, md, json, csv, html"},
       {"DriftJunitUnwritable", "drift ref.log ref.log --junit nodir/x.xml", "--junit"},
       {"JudgeWithoutAPlan", "matrix judge adir", "'adir' holds no plan.json"},
       {"JudgeAPlanOfAnotherMatrix", "matrix judge plan_quick --matrix seed",
@@ -113,10 +113,10 @@ const std::vector<Case>& cases() {
       {"PlanIntoAFullDirectory", "matrix plan quick --out A", "is not empty and holds no plan"},
       {"GateJunitUnwritable", "gate --junit nodir/x.xml", "--junit"},
       {"CompareJunitUnwritable", "compare A B --junit nodir/x.xml", "--junit"},
-      {"CompareTolUnknown", "compare A B --tol close", "unknown --tol 'close'; use bitwise, ulp:K or torch"},
+      {"CompareTolUnknown", "compare A B --tol close", "unknown --tol 'close'; accepted: bitwise, ulp:K, torch"},
       {"CompareMaxUlpAndTol", "compare A B --max-ulp 3 --tol torch",
        "--max-ulp 3 and --tol torch both set the tolerance; give one"},
-      {"CompareUlpDtypeUnknown", "compare A B --ulp-dtype fp8", "unknown --ulp-dtype 'fp8'; use bf16"},
+      {"CompareUlpDtypeUnknown", "compare A B --ulp-dtype fp8", "unknown --ulp-dtype 'fp8'; accepted: bf16, fp16, fp32, fp64"},
       {"CompareLayoutUnknownKey", "compare A B --layout layers=17,block=4,pp=2,vp=2,x=1",
        "--layout: unknown key 'x'"},
       {"CompareLayoutMissingKey", "compare A B --layout layers=17", "lacks block=; give layers=L"},
@@ -240,7 +240,7 @@ const std::vector<Case>& cases() {
       // ---- bench
       {"BenchWarmupNegative", "bench --warmup-steps -1", "--warmup-steps: -1 is out of range"},  // found
       {"BenchMeasuredZero", "bench --measured-steps 0", "--measured-steps: 0 is out of range"},
-      {"BenchWhatUnknown", "bench --what nope --flavor tiny", "unknown --what 'nope'"},
+      {"BenchWhatUnknown", "bench --what nope --flavor tiny", "unknown --what 'nope'; accepted: reference, step, pipelined, ratio, kda, compare, gemm"},
       {"BenchCompareWithoutDumps", "bench --what compare", "needs --a DUMP and --b DUMP"},
       {"BenchBreakdownWithKda", "bench --what kda --breakdown", "--breakdown goes with --what step"},
       {"BenchBreakdownMultiProcess", "bench --what pipelined --pp 2 --nproc 2 --breakdown --flavor tiny",
@@ -311,7 +311,7 @@ const std::vector<Case>& cases() {
       {"ReportOutUnwritable", "report R --out /proc/x", "cannot write '/proc/x': .*; give a path you can write"},  // found
       {"ReportOutIsADirectory", "report R --out adir", "--out 'adir' is a directory"},
       {"ReportOfADirectoryWithoutResults", "report adir", "results.json"},
-      {"ReportFormatUnknown", "report R --format weird", "--format"},
+      {"ReportFormatUnknown", "report R --format weird", "unknown --format 'weird'; accepted: txt, md, json, csv, html"},
       {"ReportHistoryMissing", "report R --history missing.jsonl", "--history 'missing.jsonl' does not exist"},
       {"ReportLastZero", "report R --last 0", "--last: 0 is out of range"},
       // ---- gate: what cannot run is 125 (git bisect's "skip"), a bad command line is 2

@@ -142,18 +142,19 @@ void compare_step1(CellResult& cell, const CellResult& ref, const ReferenceDump&
 }
 
 // Whether every step both logged has equal loss and grad-norm bits, and both logged the same
-// steps. `why` says where not.
-bool every_step_bitwise(const CellResult& c, const CellResult& ref, std::string& why) {
-  if (c.steps.size() != ref.steps.size()) {
-    why = "logged " + std::to_string(c.steps.size()) + " steps, the reference " +
-          std::to_string(ref.steps.size());
+// steps. `why` says where not; `other` names `target` in it ("its twin 'x'").
+bool every_step_bitwise(const CellResult& c, const CellResult& target, const std::string& other,
+                        std::string& why) {
+  if (c.steps.size() != target.steps.size()) {
+    why = "logged " + std::to_string(c.steps.size()) + " steps, " + other + " " +
+          std::to_string(target.steps.size());
     return false;
   }
   for (size_t i = 0; i < c.steps.size(); ++i) {
-    const auto &a = c.steps[i], &b = ref.steps[i];
+    const auto &a = c.steps[i], &b = target.steps[i];
     if (a.loss_hex != b.loss_hex || a.grad_norm_hex != b.grad_norm_hex) {
-      why = "step " + std::to_string(a.step) + " differs: loss " + a.loss_hex + " vs " +
-            b.loss_hex + ", grad norm " + a.grad_norm_hex + " vs " + b.grad_norm_hex;
+      why = "step " + std::to_string(a.step) + " differs from " + other + ": loss " + a.loss_hex +
+            " vs " + b.loss_hex + ", grad norm " + a.grad_norm_hex + " vs " + b.grad_norm_hex;
       return false;
     }
   }
@@ -171,9 +172,10 @@ void judge_gate(CellResult& c, const CellResult* target, const reports::Step1Dif
     g.why = "the cell did not run to the end";
     return;
   }
+  const std::string other =
+      (c.cell.twin.empty() ? "its reference '" : "its twin '") + c.cell.gate_target() + "'";
   if (!target || !target->ok()) {
-    g.why = (c.cell.twin.empty() ? "its reference '" : "its twin '") + c.cell.gate_target() +
-            "' did not run to the end";
+    g.why = other + " did not run to the end";
     return;
   }
   // Agreement between dead runs proves nothing (as `parity compare` says of both runs dead).
@@ -184,7 +186,7 @@ void judge_gate(CellResult& c, const CellResult* target, const reports::Step1Dif
       return;
     }
   if (g.gate == Gate::Bitwise) {
-    if (!every_step_bitwise(c, *target, g.why)) return;
+    if (!every_step_bitwise(c, *target, other, g.why)) return;
     if (!step1.have) {
       g.why = "step 1 could not be compared: " + step1.why_not;
       return;
@@ -194,7 +196,7 @@ void judge_gate(CellResult& c, const CellResult* target, const reports::Step1Dif
               " tensors differ at step 1 (max " +
               (step1.max_ulp == reports::kUlpInfinite ? std::string("inf")
                                                       : std::to_string(step1.max_ulp)) +
-              " ulp)" + (c.cell.twin.empty() ? "" : " from its twin '" + c.cell.twin + "'");
+              " ulp) from " + other;
       return;
     }
   } else {
@@ -210,7 +212,6 @@ void judge_gate(CellResult& c, const CellResult* target, const reports::Step1Dif
   g.passed = true;
 }
 
-// Step 1 of a cell against its twin: every tensor and scalar (the twin's dump from `dump`).
 // Step 1 of a cell (its dump `own`) against its twin (its dump `dump`): every tensor and scalar.
 reports::Step1Diff against_twin(const ReferenceDump& own, const ReferenceDump& dump) {
   reports::Step1Diff d;

@@ -292,6 +292,37 @@ TEST_F(MatrixCli, ADroppedDepositFailsTheOrderOnlyGate) {
   EXPECT_EQ(run("report " + out).code, 1);
 }
 
+// A twin gate holds a cell bit for bit against another cell of the same run. Two twins of the
+// cached cell run at once: the clean one passes, and the one with a dropped deposit fails
+// against its twin (not merely against the reference, which an order-only drift never equals).
+TEST_F(MatrixCli, ATwinGatePassesOnEqualBitsAndFailsOnADroppedDeposit) {
+  std::string text = kSmall;
+  for (const char* name : {"twin_clean", "twin_fault"})
+    text += std::string("[[cell]]\nname = \"") + name +
+            "\"\nreference = \"ref\"\ntwin = \"cached\"\ntrainer = \"pipelined\"\n"
+            "pp = 2\nvp = 2\ngate = \"bitwise\"\n";
+  const auto m = write("twins.toml", text);
+  const auto out = path("run");
+  const auto r = run("matrix run " + m + " --out " + out + " --jobs 2 --quiet --only twin_clean "
+                     "--only twin_fault --inject twin_fault=drop-deposit:block=1,stage=3");
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "gates failed (twin_fault)")) << r.out;
+  const json j = json::parse(slurp(fs::path(out) / "report.json"));
+  EXPECT_EQ(summary_of(j, "twin_clean").at("gate"), "pass");
+  EXPECT_EQ(summary_of(j, "twin_clean").at("note"), "bitwise equal to its twin cached");
+  EXPECT_EQ(summary_of(j, "twin_fault").at("gate"), "FAIL");
+  EXPECT_EQ(summary_of(j, "cached").at("gate"), "pass");
+  // --only brings in each twin and the twins' reference: ref, cached and the two twins.
+  EXPECT_EQ(j.at("result").at("cells").size(), 4u);
+  const json res = json::parse(slurp(fs::path(out) / "results.json"));
+  for (const auto& c : res.at("cells"))
+    if (c.at("cell").at("name") == "twin_fault") {
+      const std::string why = c.at("gate").at("why");
+      // The fault is in the backward pass: the loss bits agree, the grad norm's do not.
+      EXPECT_TRUE(contains(why, "step 1 differs from its twin 'cached': loss ")) << why;
+    }
+}
+
 TEST_F(MatrixCli, AFaultWithNothingToBreakIsRefusedBeforeAnyCellRuns) {
   // drop-deposit at a stage that deposits no gradient of that block would never fire, and the
   // row labelled "fault ..." would mislead: the routing tables say so up front (stage 2 of

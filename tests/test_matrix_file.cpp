@@ -348,6 +348,31 @@ TEST(ParseMatrixErrors, AnOrderOnlyGateNeedsAnInProcessPipeline) {
   EXPECT_EQ(parse_error(ref + "trainer = \"pipelined\"\npp = 2\nvp = 2\n"), "");
 }
 
+// A twin is the same run carried out another way (nproc, backend), held bit for bit: another
+// run's keys, another gate or a missing cell is refused with the key and the remedy.
+TEST(ParseMatrixErrors, ATwinIsTheSameRunHeldBitwise) {
+  const std::string base = "[[cell]]\nname = \"r\"\n[[cell]]\nname = \"c\"\nreference = \"r\"\n"
+                           "trainer = \"pipelined\"\npp = 2\nvp = 2\ngate = \"order-only\"\n"
+                           "[[cell]]\nname = \"t\"\nreference = \"r\"\ntwin = \"c\"\n"
+                           "trainer = \"pipelined\"\npp = 2\nvp = 2\n";
+  EXPECT_EQ(parse_error(base + "nproc = 2\ngate = \"bitwise\"\n"), "");
+  std::string e = parse_error(base + "gate = \"order-only\"\n");
+  EXPECT_TRUE(contains(e, "cell 't'")) << e;
+  EXPECT_TRUE(contains(e, "key 'twin'")) << e;
+  EXPECT_TRUE(contains(e, "give it gate = \"bitwise\"")) << e;
+  e = parse_error(base + "cache = \"off\"\ngate = \"bitwise\"\n");
+  EXPECT_TRUE(contains(e, "key 'twin'")) << e;
+  EXPECT_TRUE(contains(e, "'c' is another run")) << e;
+  e = parse_error(base + "gate = \"bitwise\"\n" + "[[cell]]\nname = \"u\"\nreference = \"r\"\n"
+                  "twin = \"nosuch\"\ngate = \"bitwise\"\n");
+  EXPECT_TRUE(contains(e, "cell 'u'")) << e;
+  EXPECT_TRUE(contains(e, "no cell named 'nosuch'")) << e;
+  const auto m = rp::parse_matrix(base + "nproc = 2\ngate = \"bitwise\"\n", "m.toml");
+  ASSERT_NE(m.find("t"), nullptr);
+  EXPECT_EQ(m.find("t")->gate_target(), "c");
+  EXPECT_EQ(m.find("c")->gate_target(), "r");
+}
+
 TEST(ParseMatrixErrors, ReferenceOfAnotherFlavor) {
   const std::string e = parse_error("[[cell]]\nname = \"a\"\n[[cell]]\nname = \"b\"\n"
                                     "reference = \"a\"\nflavor = \"debugmodel\"\n");
@@ -487,7 +512,11 @@ TEST(ShippedMatrices, QuickHasTheSeedsStructureOnTiny) {
     EXPECT_EQ(k->grad_accum, c.grad_accum);
     EXPECT_EQ(k->reverse_microbatches, c.reverse_microbatches);
     EXPECT_EQ(k->label, c.label);
-  }
+  }  // The quick matrix's two-process cell is held bitwise against its in-process twin.
+  const rp::Cell* two = q.find("pp2vp2_cached_2proc");
+  ASSERT_NE(two, nullptr);
+  EXPECT_EQ(two->twin, "pp2vp2_cached");
+  EXPECT_EQ(two->gate, rp::Gate::Bitwise);
 }
 
 }  // namespace

@@ -412,226 +412,310 @@ std::string judgement_line(const CellResult& c) {
   return std::string("gate ") + (c.gate.passed ? "passed" : "FAILED: " + c.gate.why);
 }
 
+// Before anything is written: --out must name a new or empty directory, or an earlier run's.
+void check_out_dir(const std::string& dir) {
+  const fs::path out(dir);
+  if (dir.empty()) throw harness::UsageError("matrix run needs --out DIR");
+  if (fs::exists(out) && !fs::is_directory(out))
+    throw harness::UsageError("--out '" + dir + "' is a file; give a directory");
+  if (fs::exists(out) && !fs::is_empty(out) && !fs::exists(out / "results.json"))
+    throw harness::UsageError("--out '" + dir + "' is not empty and holds no earlier matrix run; "
+                              "give a new or empty directory");
+}
+
+// One matrix run under way: the seed checkpoints, then the cells, longest first, as many at
+// once as --jobs allows, and on the cores they leave free each cell's judgement as soon as
+// it, its reference and its twin have ended. A stop (Ctrl-C, SIGTERM) stops the children and
+// keeps what finished.
+class MatrixRun {
+ public:
+  MatrixRun(const reports::Matrix& m, const MatrixRunOptions& o, MatrixResult& r,
+            Clock::time_point t0)
+      : m_(m), o_(o), r_(r), t0_(t0), out_(o.out_dir), cells_(out_ / "cells"),
+        judge_started_(r.cells.size(), 0) {
+    stop_.emplace();
+  }
+
+  void make_seeds();
+  // Until every cell has ended and been judged, or a stop has ended what ran.
+  void run_cells();
+  // Judges what the loop did not (a stop came first); throws Interrupted after a stop.
+  void finish();
+
+ private:
+  int stopped() const { return stop_ ? stop_->signal() : stop_signal_; }
+  void say(const std::string& line) const {
+    if (!o_.quiet) std::cerr << line << "\n" << std::flush;
+  }
+  void clear_line() const {
+    if (tty_) std::cerr << "\r\033[K";
+  }
+  bool ended(const CellResult& c) const { return c.status != "not run"; }
+  size_t judgeable() const;
+  void pass_stop_on();
+  void start_cells();
+  void start_judgements();
+  bool reap_cells();
+  bool reap_judgements();
+  void show_progress();
+
+  const reports::Matrix& m_;
+  const MatrixRunOptions& o_;
+  MatrixResult& r_;
+  const Clock::time_point t0_;  // when run_matrix was called
+  const fs::path out_, cells_;
+  const std::string self_ = self_binary();
+  const bool tty_ = ::isatty(2) && !o_.quiet;
+  std::optional<harness::StopFlag> stop_;
+  int stop_signal_ = 0;  // once the flag is gone
+  std::map<std::string, std::string> seeds_;  // batch shape -> file, or "" when it failed
+  std::map<std::string, std::string> seed_errors_;
+  std::vector<size_t> order_;
+  std::vector<Running> running_;
+  std::vector<Judging> judging_;
+  std::vector<char> judge_started_;
+  size_t next_ = 0, done_ = 0;
+  int busy_ = 0;  // cores taken by cells and judgements
+  Clock::time_point last_note_ = Clock::now();
+  Clock::time_point stop_sent_ = Clock::time_point::max();
+};
+
+// One seed checkpoint per batch shape.
+void MatrixRun::make_seeds() {
+  for (const auto& c : r_.cells) {
+    const std::string shape = c.cell.batch_shape();
+    if (seeds_.count(shape)) continue;
+    const fs::path file = out_ / "seeds" / (shape + ".h5");
+    const fs::path log = out_ / "seeds" / (shape + ".log");
+    const int code = run_seed_init({self_, "init", "--flavor", spec::to_string(c.cell.flavor),
+                                    "--seed", std::to_string(c.cell.seed), "--out", file.string()},
+                                   log, &*stop_);
+    seeds_[shape] = code == 0 ? file.string() : "";
+    if (code != 0) seed_errors_[shape] = last_error(log);
+    say("matrix " + m_.name + ": seed checkpoint " + shape +
+        (code == 0 ? "" : " FAILED: " + seed_errors_[shape]));
+    if (stopped()) break;
+  }
+}
+
+// The next cell that can be judged now, or r_.cells.size().
+size_t MatrixRun::judgeable() const {
+  for (size_t i = 0; i < r_.cells.size(); ++i) {
+    const auto& c = r_.cells[i];
+    if (judge_started_[i] || (c.cell.reference.empty() && c.cell.twin.empty()) || !ended(c))
+      continue;
+    bool others_ended = true;  // its reference and its twin (one missing has nothing to wait for)
+    for (const std::string* name : {&c.cell.reference, &c.cell.twin})
+      if (const CellResult* other = name->empty() ? nullptr : r_.find(*name))
+        others_ended = others_ended && ended(*other);
+    if (others_ended) return i;
+  }
+  return r_.cells.size();
+}
+
+// A stop tells the running cells (and their workers) to stop, and kills what is left 10 s on.
+void MatrixRun::pass_stop_on() {
+  if (!stopped()) return;
+  if (stop_sent_ == Clock::time_point::max()) {
+    for (const auto& run : running_) {
+      keep_logged_steps(cells_ / r_.cells[run.index].cell.name, run.pid);
+      harness::signal_child(run.pid, SIGTERM, /*group=*/true);
+    }
+    stop_sent_ = Clock::now();
+  } else if (Clock::now() - stop_sent_ > std::chrono::seconds(10)) {
+    for (const auto& run : running_) harness::signal_child(run.pid, SIGKILL, /*group=*/true);
+  }
+}
+
+// Starts the cells that fit on the free cores, in launch order.
+void MatrixRun::start_cells() {
+  while (!stopped() && next_ < order_.size()) {
+    auto& cr = r_.cells[order_[next_]];
+    const int need = std::min(cr.cell.cores(), std::max(1, o_.jobs));
+    if (!running_.empty() && busy_ + need > o_.jobs) break;
+    const fs::path dir = cells_ / cr.cell.name;
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    fs::create_directories(dir, ec);
+    const std::string seed = seeds_[cr.cell.batch_shape()];
+    if (seed.empty()) {
+      cr.status = "failed";
+      cr.error = std::string(kNoSeed) + ": " + seed_errors_[cr.cell.batch_shape()];
+      ++next_;
+      ++done_;
+      continue;
+    }
+    const auto args = cell_command(cr.cell, self_, seed, dir, o_.tokens);
+    running_.push_back({order_[next_], spawn(args, dir / "log.txt"), Clock::now(), need});
+    busy_ += need;
+    if (!tty_)
+      say("[start " + std::to_string(next_ + 1) + "/" + std::to_string(r_.cells.size()) + "] " +
+          cr.cell.name);
+    ++next_;
+  }
+}
+
+// Judgements on the cores the cells leave, once every cell has started: no cell waits behind
+// a judgement.
+void MatrixRun::start_judgements() {
+  while (!stopped() && next_ == order_.size() && busy_ < std::max(1, o_.jobs)) {
+    const size_t i = judgeable();
+    if (i == r_.cells.size()) break;
+    judge_started_[i] = 1;
+    auto& cr = r_.cells[i];
+    const fs::path file = cells_ / cr.cell.name / "judgement.json";
+    const pid_t pid = fork_judge(cr, r_, cells_, file);
+    if (pid < 0) {  // judged here instead
+      judge_cell(cr, r_, cells_);
+      say("[judged] " + cr.cell.name + ": " + judgement_line(cr));
+      continue;
+    }
+    judging_.push_back({i, pid, file});
+    ++busy_;
+  }
+}
+
+// Collects the cells that ended or ran past their time; whether any did.
+bool MatrixRun::reap_cells() {
+  bool reaped = false;
+  for (size_t i = 0; i < running_.size();) {
+    CellEnding e;
+    e.seconds = std::chrono::duration<double>(Clock::now() - running_[i].started).count();
+    const auto exit = harness::poll_child(running_[i].pid);
+    // Only a cell still running can be over its time; one that has ended says how itself.
+    e.timed_out = !exit && o_.cell_timeout_s > 0 && e.seconds > o_.cell_timeout_s;
+    if (!exit && !e.timed_out) {
+      ++i;
+      continue;
+    }
+    auto& cr = r_.cells[running_[i].index];
+    const fs::path dir = cells_ / cr.cell.name;
+    if (e.timed_out) {  // stop the cell and its workers
+      keep_logged_steps(dir, running_[i].pid);
+      e.exit = harness::stop_and_reap(running_[i].pid, /*group=*/true, 5.0);
+    } else {
+      e.exit = *exit;
+    }
+    remove_leftover_temps(dir);
+    collect(cr, dir);
+    cr.warnings = warnings(dir / "log.txt");
+    e.stopped = stopped() != 0;
+    e.last_error = last_error(dir / "log.txt");
+    settle(cr, e);
+    const bool ok = cr.ok();
+    busy_ -= running_[i].cores;
+    ++done_;
+    char line[160];
+    std::snprintf(line, sizeof line, "%s, %zu steps, %.3f s/step, %.1f s", ok ? "ok" : "FAILED",
+                  cr.steps.size(), cr.seconds_per_step, e.seconds);
+    clear_line();
+    say("[done " + std::to_string(done_) + "/" + std::to_string(r_.cells.size()) + "] " +
+        cr.cell.name + ": " + line + (ok ? "" : " -- " + cr.error));
+    for (const auto& w : cr.warnings) say("  warning: " + w);
+    running_.erase(running_.begin() + static_cast<long>(i));
+    reaped = true;
+    reports::write_results(o_.out_dir, r_);
+  }
+  return reaped;
+}
+
+// Takes back what the judging processes judged; whether any ended.
+bool MatrixRun::reap_judgements() {
+  bool reaped = false;
+  for (size_t i = 0; i < judging_.size();) {
+    const auto exit = harness::poll_child(judging_[i].pid);
+    if (!exit) {
+      ++i;
+      continue;
+    }
+    const size_t index = judging_[i].index;
+    auto& cr = r_.cells[index];
+    const auto judged = judged_cell(judging_[i].file);
+    std::error_code ec;
+    fs::remove(judging_[i].file, ec);
+    --busy_;
+    judging_.erase(judging_.begin() + static_cast<long>(i));
+    reaped = true;
+    if (judged) {
+      cr.step1 = judged->step1;
+      cr.verdicts = judged->verdicts;
+      cr.gate = judged->gate;
+    } else if (stopped()) {
+      judge_started_[index] = 0;  // stopped with the run: judged in finish()
+      continue;
+    } else {
+      judging_failed(cr, r_, "its process: " + exit->describe());
+    }
+    clear_line();
+    say("[judged] " + cr.cell.name + ": " + judgement_line(cr));
+    reports::write_results(o_.out_dir, r_);
+  }
+  return reaped;
+}
+
+// The progress line: rewritten in place on a terminal, once a minute otherwise.
+void MatrixRun::show_progress() {
+  if (running_.empty() && judging_.empty()) return;
+  if (tty_) {
+    std::cerr << "\r\033[K"
+              << progress_line(running_, judging_, r_, cells_, done_, r_.cells.size())
+              << std::flush;
+  } else if (!o_.quiet && Clock::now() - last_note_ > std::chrono::seconds(60)) {
+    say(progress_line(running_, judging_, r_, cells_, done_, r_.cells.size()));
+    last_note_ = Clock::now();
+  }
+}
+
+void MatrixRun::run_cells() {
+  order_ = launch_order(r_.cells);
+  while ((!stopped() && (next_ < order_.size() || judgeable() < r_.cells.size())) ||
+         !running_.empty() || !judging_.empty()) {
+    pass_stop_on();
+    start_cells();
+    start_judgements();
+    const bool cells_reaped = reap_cells();
+    const bool judgements_reaped = reap_judgements();
+    show_progress();
+    if (!cells_reaped && !judgements_reaped)
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  clear_line();
+  if (tty_) std::cerr << std::flush;
+}
+
+void MatrixRun::finish() {
+  stop_signal_ = stop_->signal();
+  stop_.reset();  // the handlers before it are back
+  for (auto& cr : r_.cells)
+    if (cr.status == "not run" && stopped()) cr.error = "interrupted before it started";
+  for (size_t i = 0; i < r_.cells.size(); ++i)
+    if (!judge_started_[i]) judge_cell(r_.cells[i], r_, cells_);
+  r_.wall_seconds = std::chrono::duration<double>(Clock::now() - t0_).count();
+  reports::write_results(o_.out_dir, r_);
+  if (const int sig = stopped())
+    throw Interrupted("stopped by signal " + std::to_string(sig) + "; the cells that finished "
+                      "are in " + o_.out_dir + "/results.json", sig);
+}
+
 }  // namespace
 
 MatrixResult run_matrix(const reports::Matrix& m, const MatrixRunOptions& o) {
   const auto t0 = Clock::now();
-  const fs::path out(o.out_dir);
-  if (o.out_dir.empty()) throw harness::UsageError("matrix run needs --out DIR");
-  if (fs::exists(out) && !fs::is_directory(out))
-    throw harness::UsageError("--out '" + o.out_dir + "' is a file; give a directory");
-  if (fs::exists(out) && !fs::is_empty(out) && !fs::exists(out / "results.json"))
-    throw harness::UsageError("--out '" + o.out_dir + "' is not empty and holds no earlier matrix run; "
-                     "give a new or empty directory");
+  check_out_dir(o.out_dir);
   MatrixResult r = detail::prepare_cells(m, o);
   if (o.on_start) o.on_start(r);
   // Everything checked: only now is anything written.
+  const fs::path out(o.out_dir);
   std::error_code ec;
   fs::create_directories(out / "cells", ec);
   fs::create_directories(out / "seeds", ec);
   if (ec) throw harness::UsageError("cannot create '" + o.out_dir + "': " + ec.message());
   reports::write_results(o.out_dir, r);
 
-  const std::string self = self_binary();
-  auto say = [&](const std::string& line) {
-    if (!o.quiet) std::cerr << line << "\n" << std::flush;
-  };
-  // A stop (Ctrl-C, SIGTERM) from here on stops the children and keeps what finished.
-  std::optional<harness::StopFlag> stop;
-  stop.emplace();
-  int stop_signal = 0;  // once the flag is gone
-  const auto stopped = [&] { return stop ? stop->signal() : stop_signal; };
-
-  // One seed checkpoint per batch shape.
-  std::map<std::string, std::string> seeds;  // batch shape -> file, or "" when it failed
-  std::map<std::string, std::string> seed_errors;
-  for (const auto& c : r.cells) {
-    const std::string shape = c.cell.batch_shape();
-    if (seeds.count(shape)) continue;
-    const fs::path file = out / "seeds" / (shape + ".h5");
-    const int code = detail::run_seed_init({self, "init", "--flavor", spec::to_string(c.cell.flavor), "--seed",
-                                 std::to_string(c.cell.seed), "--out", file.string()},
-                                out / "seeds" / (shape + ".log"), &*stop);
-    seeds[shape] = code == 0 ? file.string() : "";
-    if (code != 0) seed_errors[shape] = last_error(out / "seeds" / (shape + ".log"));
-    say("matrix " + m.name + ": seed checkpoint " + shape +
-        (code == 0 ? "" : " FAILED: " + seed_errors[shape]));
-    if (stopped()) break;
-  }
-
-  // The cells, longest first, as many at once as the cores allow; then, on the cores they
-  // leave free, each cell's judgement as soon as it, its reference and its twin have ended.
-  const bool tty = ::isatty(2) && !o.quiet;
-  const std::vector<size_t> order = detail::launch_order(r.cells);
-  std::vector<Running> running;
-  std::vector<Judging> judging;
-  std::vector<char> judge_started(r.cells.size(), 0);
-  auto ended = [&](const CellResult& c) { return c.status != "not run"; };
-  // The next cell that can be judged now, or r.cells.size().
-  auto judgeable = [&]() {
-    for (size_t i = 0; i < r.cells.size(); ++i) {
-      const auto& c = r.cells[i];
-      if (judge_started[i] || (c.cell.reference.empty() && c.cell.twin.empty()) || !ended(c))
-        continue;
-      bool others_ended = true;  // its reference and its twin (one missing has nothing to wait for)
-      for (const std::string* name : {&c.cell.reference, &c.cell.twin})
-        if (const CellResult* other = name->empty() ? nullptr : r.find(*name))
-          others_ended = others_ended && ended(*other);
-      if (others_ended) return i;
-    }
-    return r.cells.size();
-  };
-  size_t next = 0, done = 0;
-  int busy = 0;
-  auto last_note = Clock::now();
-  // A stop tells the running cells (and their workers) to stop, and kills what is left 10 s on.
-  auto stop_sent = Clock::time_point::max();
-  while ((!stopped() && (next < order.size() || judgeable() < r.cells.size())) ||
-         !running.empty() || !judging.empty()) {
-    if (stopped() && stop_sent == Clock::time_point::max()) {
-      for (const auto& run : running) {
-        keep_logged_steps(out / "cells" / r.cells[run.index].cell.name, run.pid);
-        harness::signal_child(run.pid, SIGTERM, /*group=*/true);
-      }
-      stop_sent = Clock::now();
-    } else if (stopped() && Clock::now() - stop_sent > std::chrono::seconds(10)) {
-      for (const auto& run : running) harness::signal_child(run.pid, SIGKILL, /*group=*/true);
-    }
-    // Start what fits.
-    while (!stopped() && next < order.size()) {
-      auto& cr = r.cells[order[next]];
-      const int need = std::min(cr.cell.cores(), std::max(1, o.jobs));
-      if (!running.empty() && busy + need > o.jobs) break;
-      const fs::path dir = out / "cells" / cr.cell.name;
-      fs::remove_all(dir, ec);
-      fs::create_directories(dir, ec);
-      const std::string seed = seeds[cr.cell.batch_shape()];
-      if (seed.empty()) {
-        cr.status = "failed";
-        cr.error = std::string(kNoSeed) + ": " + seed_errors[cr.cell.batch_shape()];
-        ++next;
-        ++done;
-        continue;
-      }
-      const auto args = detail::cell_command(cr.cell, self, seed, dir, o.tokens);
-      running.push_back({order[next], spawn(args, dir / "log.txt"), Clock::now(), need});
-      busy += need;
-      if (!tty) say("[start " + std::to_string(next + 1) + "/" + std::to_string(r.cells.size()) +
-                    "] " + cr.cell.name);
-      ++next;
-    }
-    // Judge on the cores the cells leave, once every cell has started: no cell waits behind a
-    // judgement.
-    while (!stopped() && next == order.size() && busy < std::max(1, o.jobs)) {
-      const size_t i = judgeable();
-      if (i == r.cells.size()) break;
-      judge_started[i] = 1;
-      auto& cr = r.cells[i];
-      const fs::path file = out / "cells" / cr.cell.name / "judgement.json";
-      const pid_t pid = fork_judge(cr, r, out / "cells", file);
-      if (pid < 0) {  // judged here instead
-        judge_cell(cr, r, out / "cells");
-        say("[judged] " + cr.cell.name + ": " + judgement_line(cr));
-        continue;
-      }
-      judging.push_back({i, pid, file});
-      ++busy;
-    }
-    // Reap what ended.
-    bool reaped = false;
-    for (size_t i = 0; i < running.size();) {
-      CellEnding e;
-      e.seconds = std::chrono::duration<double>(Clock::now() - running[i].started).count();
-      const auto ended = harness::poll_child(running[i].pid);
-      // Only a cell still running can be over its time; one that has ended says how itself.
-      e.timed_out = !ended && o.cell_timeout_s > 0 && e.seconds > o.cell_timeout_s;
-      if (!ended && !e.timed_out) {
-        ++i;
-        continue;
-      }
-      auto& cr = r.cells[running[i].index];
-      const fs::path dir = out / "cells" / cr.cell.name;
-      if (e.timed_out) {  // stop the cell and its workers
-        keep_logged_steps(dir, running[i].pid);
-        e.exit = harness::stop_and_reap(running[i].pid, /*group=*/true, 5.0);
-      } else {
-        e.exit = *ended;
-      }
-      remove_leftover_temps(dir);
-      collect(cr, dir);
-      cr.warnings = warnings(dir / "log.txt");
-      e.stopped = stopped() != 0;
-      e.last_error = last_error(dir / "log.txt");
-      settle(cr, e);
-      const bool ok = cr.ok();
-      busy -= running[i].cores;
-      ++done;
-      char line[160];
-      std::snprintf(line, sizeof line, "%s, %zu steps, %.3f s/step, %.1f s", ok ? "ok" : "FAILED",
-                    cr.steps.size(), cr.seconds_per_step, e.seconds);
-      if (tty) std::cerr << "\r\033[K";
-      say("[done " + std::to_string(done) + "/" + std::to_string(r.cells.size()) + "] " +
-          cr.cell.name + ": " + line + (ok ? "" : " -- " + cr.error));
-      for (const auto& w : cr.warnings) say("  warning: " + w);
-      running.erase(running.begin() + static_cast<long>(i));
-      reaped = true;
-      reports::write_results(o.out_dir, r);
-    }
-    // Take back what was judged.
-    for (size_t i = 0; i < judging.size();) {
-      const auto ended = harness::poll_child(judging[i].pid);
-      if (!ended) {
-        ++i;
-        continue;
-      }
-      const size_t index = judging[i].index;
-      auto& cr = r.cells[index];
-      const auto judged = judged_cell(judging[i].file);
-      fs::remove(judging[i].file, ec);
-      --busy;
-      judging.erase(judging.begin() + static_cast<long>(i));
-      reaped = true;
-      if (judged) {
-        cr.step1 = judged->step1;
-        cr.verdicts = judged->verdicts;
-        cr.gate = judged->gate;
-      } else if (stopped()) {
-        judge_started[index] = 0;  // stopped with the run: judged below
-        continue;
-      } else {
-        judging_failed(cr, r, "its process: " + ended->describe());
-      }
-      if (tty) std::cerr << "\r\033[K";
-      say("[judged] " + cr.cell.name + ": " + judgement_line(cr));
-      reports::write_results(o.out_dir, r);
-    }
-    const bool busy_now = !running.empty() || !judging.empty();
-    if (tty && busy_now)
-      std::cerr << "\r\033[K"
-                << progress_line(running, judging, r, out / "cells", done, r.cells.size())
-                << std::flush;
-    if (!tty && !o.quiet && busy_now && Clock::now() - last_note > std::chrono::seconds(60)) {
-      say(progress_line(running, judging, r, out / "cells", done, r.cells.size()));
-      last_note = Clock::now();
-    }
-    if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  if (tty) std::cerr << "\r\033[K" << std::flush;
-  stop_signal = stop->signal();
-  stop.reset();  // the handlers before it are back
-  for (auto& cr : r.cells)
-    if (cr.status == "not run" && stopped()) cr.error = "interrupted before it started";
-
-  // What was not judged in the loop (a stop came first): judged now, as far as it ran.
-  for (size_t i = 0; i < r.cells.size(); ++i)
-    if (!judge_started[i]) judge_cell(r.cells[i], r, out / "cells");
-  r.wall_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  reports::write_results(o.out_dir, r);
-  if (stopped()) {
-    const int sig = stopped();
-    throw Interrupted("stopped by signal " + std::to_string(sig) + "; the cells that finished "
-                      "are in " + o.out_dir + "/results.json", sig);
-  }
+  MatrixRun run(m, o, r, t0);
+  run.make_seeds();
+  run.run_cells();
+  run.finish();
   return r;
 }
 

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "dumps/dcp.h"
 #include "dumps/guard.h"
 #include "dumps/tensor_file.h"
 
@@ -202,8 +203,10 @@ NameMap read_name_map(const std::string& path) {
 
 std::vector<NamedArray> read_tensor_file(const std::string& path) {
   std::error_code ec;
+  if (is_dcp_dir(path)) return read_dcp(path);
   if (!fs::is_regular_file(path, ec))
-    throw DumpError("'" + path + "' is not a file; give a torch.save or safetensors file");
+    throw DumpError("'" + path + "' is not a file or a DCP checkpoint directory; give a "
+                    "torch.save or safetensors file, or a directory holding .metadata");
   const FileKind kind = detect_kind(path);
   if (kind == FileKind::ParityDump)
     throw DumpError("'" + path + "' is a parity dump, not a state dict; give a torch.save or "
@@ -219,6 +222,19 @@ Dump read_run(const std::string& path, const NameMap& names, int64_t step) {
     throw DumpError("'" + path + "' does not exist; give a dump, a torch.save or safetensors "
                     "file, an HDF5 file, or a directory of them");
   std::vector<std::string> files;
+  if (is_dcp_dir(path)) {
+    // One checkpoint, however many rank files it has: its metadata assembles every tensor.
+    Dump d;
+    d.source = path;
+    auto& sd = d.steps[step];
+    sd.step = step;
+    std::map<std::string, std::string> origin;
+    for (auto& t : read_dcp(path)) place(sd, t.name, std::move(t.array), path, origin);
+    d.meta["kind"] = "DCP";
+    d.meta["source"] = path;
+    rename_all(d, names);
+    return d;
+  }
   if (fs::is_directory(path, ec)) {
     for (const auto& e : fs::directory_iterator(path, ec))
       if (e.is_regular_file(ec)) files.push_back(e.path().string());

@@ -76,6 +76,15 @@ class TreeReader {
     return std::move(out_);
   }
 
+  // The saved object as one tensor (torch.save(t, f)), `what` naming it in errors.
+  h5::Array read_one(Ref root, const std::string& what) {
+    const auto& top = pickle_.at(root);
+    if (top.kind != Kind::Tensor)
+      refuse(source_, "the saved object is a " + describe(top) + ", not the one tensor " + what +
+                          " should be");
+    return materialise(what, pickle_.tensor(top.number));
+  }
+
  private:
   // One step of the path to the object being walked: a dict key, or a list or tuple index.
   struct Step {
@@ -270,7 +279,12 @@ void refuse_other_formats(const std::string& source, const std::string& bytes) {
 
 }  // namespace
 
-std::vector<NamedArray> read_torch_save(const std::string& source, const std::string& bytes) {
+namespace {
+
+// Runs `read(pickle, zip, data prefix)` on the torch.save archive `bytes`, once its container,
+// its byte order and its pickle are checked.
+template <class Read>
+auto with_archive(const std::string& source, const std::string& bytes, Read read) {
   refuse_other_formats(source, bytes);
   ZipArchive zip(source, bytes);
 
@@ -307,7 +321,20 @@ std::vector<NamedArray> read_torch_save(const std::string& source, const std::st
 
   Unpickler pickle(source, zip.read(*zip.find(prefix + "/data.pkl")));
   const Ref root = pickle.run();
-  return TreeReader(source, pickle, zip, prefix + "/data/", bytes.size()).read(root);
+  TreeReader tree(source, pickle, zip, prefix + "/data/", bytes.size());
+  return read(tree, root);
+}
+
+}  // namespace
+
+std::vector<NamedArray> read_torch_save(const std::string& source, const std::string& bytes) {
+  return with_archive(source, bytes, [](TreeReader& tree, Ref root) { return tree.read(root); });
+}
+
+h5::Array read_torch_save_tensor(const std::string& source, const std::string& bytes,
+                                 const std::string& what) {
+  return with_archive(source, bytes,
+                      [&](TreeReader& tree, Ref root) { return tree.read_one(root, what); });
 }
 
 }  // namespace parity::dumps

@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "dumps/h5.h"
+
 namespace parity::dumps {
 
 // The advice a torch.save error ends with where the file itself is at fault.
@@ -16,6 +18,12 @@ inline constexpr const char* kSaveRemedy =
 
 // Throws DumpError("'<source>': <what>").
 [[noreturn]] void refuse(const std::string& source, const std::string& what);
+
+// The one tensor a torch.save archive holds (torch.save(t, f)), as a contiguous row-major
+// array: a DCP chunk is such an archive. `what` names the tensor in errors; the errors are
+// read_torch_save's.
+h5::Array read_torch_save_tensor(const std::string& source, const std::string& bytes,
+                                 const std::string& what);
 
 // n little-endian bytes at p (n <= 8).
 uint64_t le(const unsigned char* p, int n);

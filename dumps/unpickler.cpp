@@ -47,7 +47,8 @@ constexpr size_t kMaxStack = 100000, kMaxMarks = 1000, kMaxMemo = size_t{1} << 2
 constexpr size_t kMaxObjects = size_t{1} << 23, kMaxDims = 64, kMaxName = 512;
 constexpr uint64_t kHeldPerByte = 64, kHeldBase = uint64_t{64} << 20;
 
-// Opcodes (CPython's pickle format, protocols 0-4), the subset torch.save's data.pkl uses.
+// Opcodes (CPython's pickle format, protocols 0-5): the subset torch.save's data.pkl and a DCP
+// .metadata use.
 enum Op : unsigned char {
   MARK = '(', STOP = '.', POP = '0', POP_MARK = '1', DUP = '2', BINFLOAT = 'G', BININT = 'J',
   BININT1 = 'K', BININT2 = 'M', NONE = 'N', BINPERSID = 'Q', REDUCE = 'R', BINSTRING = 'T',
@@ -81,9 +82,14 @@ const char* kind_name(Kind k) {
   return "?";
 }
 
-Unpickler::Unpickler(const std::string& source, std::string_view pkl)
-    : source_(source), p_(reinterpret_cast<const unsigned char*>(pkl.data())),
-      n_(pkl.size()), held_left_(kHeldPerByte * pkl.size() + kHeldBase) {}
+Unpickler::Unpickler(const std::string& source, std::string_view pkl, PickleRules rules)
+    : source_(source), rules_(std::move(rules)),
+      p_(reinterpret_cast<const unsigned char*>(pkl.data())), n_(pkl.size()),
+      held_left_(kHeldPerByte * pkl.size() + kHeldBase) {
+  if (rules_.damaged.empty())
+    rules_.damaged =
+        std::string("the file is damaged or was not written by torch.save; ") + kSaveRemedy;
+}
 
 Ref Unpickler::run() {
   for (;;) {
@@ -198,26 +204,30 @@ Ref Unpickler::run() {
         break;
       }
       case BUILD: {
-        pop();  // the state: an OrderedDict's attributes (_metadata), or an unknown object's
-        const Kind k = objects_[top()].kind;
-        if (!(k == Kind::Opaque || (k == Kind::Dict && objects_[top()].ordered)))
-          fail(std::string("BUILD on a ") + kind_name(k));
+        // The state: an OrderedDict's attributes (_metadata), dropped; an object's, kept.
+        const Ref state = pop();
+        Object& o = objects_[top()];
+        if (!(o.kind == Kind::Opaque || (o.kind == Kind::Dict && o.ordered)))
+          fail(std::string("BUILD on a ") + kind_name(o.kind));
+        if (o.kind == Kind::Opaque) {
+          if (o.items.empty()) hold(sizeof(Ref));
+          o.items.assign(1, state);
+        }
         break;
       }
       case BINPERSID: push(load_storage(pop())); break;
       default: {
         char buf[8];
         std::snprintf(buf, sizeof buf, "0x%02x", op);
-        fail(std::string("pickle opcode ") + buf + " is not one torch.save writes");
+        fail(std::string("pickle opcode ") + buf + " is not one this reader knows");
       }
     }
   }
 }
 
 [[noreturn]] void Unpickler::fail(const std::string& what) const {
-  refuse(source_, "data.pkl cannot be read at byte " + std::to_string(op_at_) + ": " + what +
-                      "; the file is damaged or was not written by torch.save; " +
-                      kSaveRemedy);
+  refuse(source_, rules_.part + " cannot be read at byte " + std::to_string(op_at_) + ": " +
+                      what + "; " + rules_.damaged);
 }
 
 const unsigned char* Unpickler::take(uint64_t k) {
@@ -338,6 +348,8 @@ void Unpickler::push_long(uint64_t len) {
 // The name is built before make(), which may move the strings it comes from.
 void Unpickler::push_global(const std::string& module, const std::string& name) {
   std::string full = module + "." + name;
+  if (rules_.allowed && !rules_.allowed(full))
+    fail("it names the global " + shown(full) + ", which this reader never builds");
   hold(full.size());
   const Ref r = make(Kind::Global);
   objects_[r].text = std::move(full);
@@ -381,6 +393,14 @@ Ref Unpickler::call(Ref fn, Ref args) {
     const size_t arity = name == "torch._utils._rebuild_parameter" ? 3 : 4;
     if (items.size() != arity || objects_[items[0]].kind != Kind::Tensor)
       fail(name + " called with other arguments than (tensor, requires_grad, hooks)");
+    return items[0];
+  }
+  // torch.Size((ints...)) is its tuple; a layout, pickled as _get_layout('torch.strided'), its
+  // name.
+  if (name == "torch.Size" || name == "torch.serialization._get_layout") {
+    const Kind want = name == "torch.Size" ? Kind::Tuple : Kind::Str;
+    if (items.size() != 1 || objects_[items[0]].kind != want)
+      fail(name + " called with other arguments than one " + kind_name(want));
     return items[0];
   }
   return opaque(fn);

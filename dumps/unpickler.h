@@ -1,7 +1,8 @@
-// The pickle machine of the torch.save reader (torch_save.cpp): it runs an archive's data.pkl
-// without executing anything and leaves the saved object as a graph of Objects, with the
-// storages and tensor views it names, for the tree walk to read. Which globals it understands,
-// and what it does with the rest, is in torch_save.cpp's note.
+// The pickle machine of the torch.save reader (torch_save.cpp) and the DCP reader (dcp.cpp): it
+// runs an archive's data.pkl or a checkpoint's .metadata without executing anything and leaves
+// the saved object as a graph of Objects, with the storages and tensor views it names, for the
+// tree walk to read. Which globals it understands, and what it does with the rest, is in
+// torch_save.cpp's note and [Note: the DCP layout].
 //
 // Objects live in one arena and refer to each other by index, so memo references, shared
 // objects and even cycles cost nothing to hold; the tree walk (torch_save.cpp) bounds depth and
@@ -43,8 +44,10 @@ struct Object {
   // Bool, Int: the value; Storage, Tensor: index into storages / tensors; Opaque: the Global
   // whose call or construction made it.
   int64_t number = 0;
-  std::string text;        // Str, Bytes; Global: "module.name"
-  std::vector<Ref> items;  // Tuple, List; Dict: key, value, key, value, ... in insertion order
+  std::string text;  // Str, Bytes; Global: "module.name"
+  // Tuple, List; Dict: key, value, key, value, ... in insertion order; Opaque: the state its
+  // last BUILD gave (one item), if any.
+  std::vector<Ref> items;
 };
 
 // One persistent id: a storage's class, its entry <archive>/data/<key>, and its element count.
@@ -61,11 +64,21 @@ struct TensorRecord {
   std::vector<int64_t> shape, stride;
 };
 
+// What one pickle is to its reader: the part of the file it is and the advice a damaged one
+// ends with (both for messages), and which globals it may name. By default, torch.save's
+// data.pkl: any global is recorded, and an object made from one the machine does not
+// understand stays opaque. With `allowed`, a global outside it is refused where it is named.
+struct PickleRules {
+  std::string part = "data.pkl";
+  std::string damaged;  // empty: "the file is damaged or was not written by torch.save; ..."
+  bool (*allowed)(const std::string& global) = nullptr;
+};
+
 class Unpickler {
  public:
-  // `pkl` is data.pkl's bytes, which must outlive the machine; `source` names the file in
+  // `pkl` is the pickle's bytes, which must outlive the machine; `source` names the file in
   // errors.
-  Unpickler(const std::string& source, std::string_view pkl);
+  Unpickler(const std::string& source, std::string_view pkl, PickleRules rules = {});
 
   // Runs data.pkl to its STOP and returns the object it leaves.
   Ref run();
@@ -111,6 +124,7 @@ class Unpickler {
   Ref rebuild_tensor(Ref args);
 
   std::string source_;
+  PickleRules rules_;
   const unsigned char* p_;
   uint64_t n_, pos_ = 0, op_at_ = 0;
   uint64_t held_left_;  // bytes the machine may still keep

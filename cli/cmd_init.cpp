@@ -1,5 +1,6 @@
 // parity init --flavor F --seed S --out ckpt.h5: the fp32 master parameters in HDF5, drawn from
-// the seed, or (--from FILE) taken from a torchtitan state dict in torch.save or safetensors.
+// the seed, or (--from PATH) taken from a torchtitan state dict in torch.save or safetensors, or
+// from a DCP checkpoint directory.
 #include <iostream>
 
 #include "cli/commands.h"
@@ -35,6 +36,10 @@ int run_init(const InitOptions& o) {
     if (!sd.buffers.empty()) std::cout << "; skipped " << sd.buffers.size() << " buffer(s)";
     if (!sd.vision.empty())
       std::cout << "; skipped " << sd.vision.size() << " vision_encoder tensor(s) (not modelled)";
+    if (!sd.outside_model.empty())
+      std::cout << "; skipped " << sd.outside_model.size() << " entr"
+                << (sd.outside_model.size() == 1 ? "y" : "ies") << " outside '"
+                << dumps::kModelPrefix << "' (optimizer and train state)";
     if (!sd.rounded.empty()) std::cout << "; rounded " << sd.rounded.size() << " fp64 tensor(s) to fp32";
     std::cout << "\n";
   }
@@ -55,8 +60,8 @@ Command add_init_command(CLI::App& app) {
   auto* pq = add_choice(*cmd, o->pseudo_query_init, spec::pseudo_query_inits(),
                         "AttnRes pseudo-queries (trunc-normal: std 0.02, the PR era)");
   cmd->add_option("--from", o->from,
-                  "take the parameters from a torchtitan state dict (torch.save or safetensors) "
-                  "instead of drawing them")
+                  "take the parameters from a torchtitan state dict (torch.save or safetensors "
+                  "file, or DCP checkpoint directory) instead of drawing them")
       ->check(non_empty_path())->excludes(pq);
   cmd->add_option("--out", o->out, "checkpoint file to write (.h5)")->required()
       ->check(non_empty_path());

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cstring>
 #include <map>
 #include <set>
 
@@ -40,13 +41,29 @@ StateDictImport params_from_state_dict(const std::string& path, const kernels::M
   } catch (const DumpError& e) {
     throw CheckpointError(std::string("--from: ") + e.what());
   }
+  StateDictImport out;
+  // A whole training state (older torchtitan checkpoints: model.*, optimizer.*, ...): its
+  // model's entries under their own names, the rest set aside.
+  bool nested = false;
+  for (const auto& t : tensors) nested |= t.name.rfind(kModelPrefix, 0) == 0;
+  for (const auto& spec : kernels::param_specs(cfg))
+    for (const auto& t : tensors) nested &= t.name != spec.fqn;
+  if (nested) {
+    std::vector<NamedArray> model;
+    for (auto& t : tensors) {
+      if (t.name.rfind(kModelPrefix, 0) == 0)
+        model.push_back({t.name.substr(std::strlen(kModelPrefix)), std::move(t.array)});
+      else
+        out.outside_model.push_back(t.name);
+    }
+    tensors = std::move(model);
+  }
   std::map<std::string, const h5::Array*> by_name;
   for (const auto& t : tensors) by_name[t.name] = &t.array;
 
   std::set<std::string> buffer_names;
   for (const auto& b : kernels::buffer_specs(cfg)) buffer_names.insert(b.fqn);
 
-  StateDictImport out;
   std::vector<std::string> missing, misshaped, extra, not_float;
   std::set<std::string> wanted;
   std::vector<std::string> names;

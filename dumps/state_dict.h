@@ -1,6 +1,7 @@
-// Seed checkpoints from a state dict (`parity init --from FILE`): a torch.save or safetensors
-// file holding a model's parameters under torchtitan's names (kernels/params.h), checked key by
-// key against the flavor and converted to parity's fp32 master parameters.
+// Seed checkpoints from a state dict (`parity init --from PATH`): a torch.save or safetensors
+// file, or a DCP checkpoint directory, holding a model's parameters under torchtitan's names
+// (kernels/params.h), checked key by key against the flavor and converted to parity's fp32
+// master parameters. Keys may carry the `model.` prefix of a whole training state.
 #pragma once
 
 #include <string>
@@ -16,7 +17,14 @@ struct StateDictImport {
   std::vector<std::string> buffers;    // the model's buffers found in the file, skipped
   std::vector<std::string> vision;     // vision_encoder.* tensors, skipped (not modelled)
   std::vector<std::string> rounded;    // fp64 parameters rounded to fp32
+  // Entries of a whole training state beside its `model.` ones (optimizer, train state),
+  // skipped.
+  std::vector<std::string> outside_model;
 };
+
+// The prefix of a model's keys in a checkpoint of a whole training state (torchtitan before it
+// saved model keys unprefixed).
+inline constexpr const char* kModelPrefix = "model.";
 
 // Every parameter of `cfg` must be in the file with its shape and a float dtype (bf16, fp16 and
 // fp32 convert exactly; fp64 rounds to nearest). A missing, extra or mis-shaped key throws

@@ -241,8 +241,9 @@ TEST_F(External, LayoutAgreesWithLocalisesPredictedSet) {
 }
 
 // `init --from` a raw state_dict (an OrderedDict with buffers and a vision tensor beside the
-// text parameters), saved with torch.save and as safetensors: the checkpoint it writes trains
-// bitwise as the HDF5 checkpoint the state dict came from. A state dict with a key missing, one
+// text parameters), saved with torch.save, as safetensors and as DCP checkpoints (whole, and as
+// a sharded training state under "model."): the checkpoint it writes trains bitwise as the HDF5
+// checkpoint the state dict came from. A state dict with a key missing, one
 // extra and one mis-shaped is refused with exit 2 and each listed.
 TEST_F(External, InitFromAStateDictTrainsAsTheCheckpoint) {
   ASSERT_EQ(run("init --flavor tiny --seed 7 --out " + p("seed.h5")).code, 0);
@@ -252,14 +253,18 @@ TEST_F(External, InitFromAStateDictTrainsAsTheCheckpoint) {
   ASSERT_EQ(run(train + "--init " + p("seed.h5") + " --metrics " + p("want.jsonl")).code, 0);
   const auto want = metric_bits(slurp(p("want.jsonl")));
   ASSERT_EQ(want.size(), 3u);
-  for (const std::string ext : {"pt", "safetensors"}) {
+  for (const std::string ext : {"pt", "safetensors", "dcp", "dcp-sharded"}) {
     SCOPED_TRACE(ext);
     auto r = run("init --flavor tiny --from " + p("sd." + ext) + " --out " + p(ext + ".h5"));
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_NE(r.out.find("skipped 1 buffer(s)"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("skipped 1 vision_encoder tensor(s)"), std::string::npos) << r.out;
+    if (ext == "dcp-sharded") {
+      EXPECT_NE(r.out.find("skipped 1 entry outside 'model.'"), std::string::npos) << r.out;
+    }
     ASSERT_EQ(run(train + "--init " + p(ext + ".h5") + " --metrics " + p(ext + ".jsonl")).code, 0);
     EXPECT_EQ(metric_bits(slurp(p(ext + ".jsonl"))), want);
+    if (ext == "dcp-sharded") continue;  // the bad state dict is written whole
 
     auto bad = run("init --flavor tiny --from " + p("bad." + ext) + " --out " + p("bad.h5"));
     EXPECT_EQ(bad.code, 2);

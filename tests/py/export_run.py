@@ -13,9 +13,11 @@ python3-numpy):
       one run would save them).
   export_run.py state-dict CHECKPOINT OUT_PREFIX [bad]
       a parity checkpoint's parameters as a raw state_dict (an OrderedDict, the way
-      model.state_dict() comes) in OUT_PREFIX.pt and OUT_PREFIX.safetensors, plus two
-      buffers and a vision tensor that init --from must skip; with `bad`, one key missing,
-      one extra and one mis-shaped.
+      model.state_dict() comes) in OUT_PREFIX.pt and OUT_PREFIX.safetensors, plus a buffer
+      and a vision tensor that init --from must skip; with `bad`, one key missing, one extra
+      and one mis-shaped. The same as DCP checkpoints (tests/py/dcp_writer.py): OUT_PREFIX.dcp,
+      one chunk a tensor, and OUT_PREFIX.dcp-sharded, the keys under "model." beside an
+      optimizer tensor, tensors of two or more rows in two chunks over two data files.
   export_run.py tokens TOKEN_FILE OUT_PREFIX
       the ids of a parity token file (32-byte header, then int32 ids) as OUT_PREFIX.u16.npy,
       OUT_PREFIX.i32.npy, OUT_PREFIX.i64.npy and a raw uint16 OUT_PREFIX.bin.
@@ -31,6 +33,8 @@ import sys
 import h5py
 import numpy as np
 import torch
+
+import dcp_writer
 
 
 def write_safetensors(path, tensors):
@@ -103,6 +107,14 @@ def export_state_dict(checkpoint, prefix, bad):
     sd._metadata = collections.OrderedDict({"": {"version": 1}})
     torch.save(sd, prefix + ".pt")
     write_safetensors(prefix + ".safetensors", list(sd.items()))
+    # DCP: the state dict as a newer torchtitan saves a seed checkpoint (one chunk a tensor),
+    # and as an older one saves a whole training state (model. keys beside the optimizer's),
+    # each tensor of two or more rows in two chunks over two data files.
+    dcp_writer.write_dcp(prefix + ".dcp", list(sd.items()))
+    whole = [("model." + k, v) for k, v in sd.items()]
+    whole.append(("optimizer.state.lm_head.weight.exp_avg", torch.zeros(3)))
+    dcp_writer.write_dcp(prefix + ".dcp-sharded", whole,
+                         {k: 2 for k, v in whole if v.dim() > 0 and v.shape[0] >= 2})
 
 
 def export_tokens(token_file, prefix):

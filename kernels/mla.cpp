@@ -14,7 +14,9 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
                             double scale) {
   const auto acc = accum_dtype(q.scalar_type());
   const int64_t T = q.size(-2);
-  auto scores = at::matmul(q, k.transpose(-1, -2)).to(acc) * scale;  // [B,H,T,T]
+  // The scores stay in acc from the product to the softmax, as torch's Flex attention keeps
+  // them in fp32 for bf16 inputs; only the probabilities round to v's dtype.
+  auto scores = at::matmul(q.to(acc), k.to(acc).transpose(-1, -2)) * scale;  // [B,H,T,T]
   auto future = at::ones({T, T}, q.options().dtype(at::kBool)).triu(1);
   scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
   auto probs = at::softmax(scores, -1).to(v.scalar_type());

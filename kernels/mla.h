@@ -24,8 +24,8 @@ struct MlaWeights {
 // x_BTD -> y_BTD
 at::Tensor mla(const at::Tensor& x_BTD, const MlaWeights& w, const MlaDims& d);
 
-// Causal softmax attention. q_BHTK, k_BHTK, v_BHTV -> o_BHTV; scores and softmax in acc,
-// probabilities cast to v's dtype before the value product.
+// Causal softmax attention. q_BHTK, k_BHTK, v_BHTV -> o_BHTV; scores (from the product of q
+// and k on) and softmax in acc, probabilities cast to v's dtype before the value product.
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             double scale);
 

@@ -30,6 +30,25 @@ using namespace parity::testing;
 // ---------------------------------------------------------------------------------------
 // MLA finite differences (fp64).
 
+// bf16 rounding points: the scores stay fp32 from q k^T to the softmax (torchtitan's Flex
+// attention). One head of width 1, scale 1, T = 2; token 1 attends to keys 0 and 1:
+//   q_1 = 4.25, k = (4, 4.25), v = (0, 1), all exact in bf16
+//   scores (17, 18.0625): 18.0625 needs 9 significant bits, so bf16 would round it to 18
+//   o_1 = p_1 = 1 / (1 + e^-(18.0625 - 17)) = 0.74316800..., 190.25 bf16 steps of 2^-8:
+//         rounded once to bf16, 190 * 2^-8 = 0.7421875
+//   with the scores rounded first: 1 / (1 + e^-1) = 0.73105857..., 187.15 steps: 0.73046875
+// Both are a quarter step or more from a tie, so fp32's own rounding cannot move them.
+TEST(Mla, Bf16ScoresStayFp32UpToTheSoftmax) {
+  const auto bf = at::TensorOptions().dtype(at::kBFloat16);
+  auto q = at::tensor({0.0f, 4.25f}).view({1, 1, 2, 1}).to(bf.dtype());
+  auto kk = at::tensor({4.0f, 4.25f}).view({1, 1, 2, 1}).to(bf.dtype());
+  auto v = at::tensor({0.0f, 1.0f}).view({1, 1, 2, 1}).to(bf.dtype());
+  const auto o = k::causal_attention(q, kk, v, 1.0);
+  ASSERT_EQ(o.scalar_type(), at::kBFloat16);
+  EXPECT_EQ(o[0][0][0][0].item<float>(), 0.0f);
+  EXPECT_EQ(o[0][0][1][0].item<float>(), 0.7421875f);   // not 0.73046875
+}
+
 TEST(Mla, CentralDifferencesFp64) {
   const int64_t B = 2, T = 6, D = 16;
   const k::MlaDims d{/*n_heads=*/2, /*q_lora=*/8, /*kv_lora=*/8, /*qk_nope=*/4,

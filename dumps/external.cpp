@@ -79,6 +79,7 @@ std::vector<NamedArray> read_tensors(const std::string& path, FileKind kind) {
     case FileKind::TorchSave: return read_torch_save(path, read_bytes(path));
     case FileKind::Safetensors: return read_safetensors(path, read_bytes(path));
     case FileKind::Hdf5: return read_h5_tensors(path);
+    case FileKind::Dcp: return read_dcp(path);
     default:
       throw DumpError("'" + path + "' is not " + std::string(kKinds) +
                       " (judged by its content); give a file of one of these kinds");
@@ -136,12 +137,14 @@ const char* to_string(FileKind k) {
     case FileKind::Hdf5: return "HDF5";
     case FileKind::TorchSave: return "torch.save";
     case FileKind::Safetensors: return "safetensors";
+    case FileKind::Dcp: return "DCP";
     case FileKind::Unknown: return "unknown";
   }
   return "?";
 }
 
 FileKind detect_kind(const std::string& path) {
+  if (is_dcp_dir(path)) return FileKind::Dcp;
   const std::string h = head_bytes(path, 16);
   if (starts_with(h, std::string("\x89HDF\r\n\x1a\n", 8))) {
     try {
@@ -203,8 +206,7 @@ NameMap read_name_map(const std::string& path) {
 
 std::vector<NamedArray> read_tensor_file(const std::string& path) {
   std::error_code ec;
-  if (is_dcp_dir(path)) return read_dcp(path);
-  if (!fs::is_regular_file(path, ec))
+  if (!fs::is_regular_file(path, ec) && !is_dcp_dir(path))
     throw DumpError("'" + path + "' is not a file or a DCP checkpoint directory; give a "
                     "torch.save or safetensors file, or a directory holding .metadata");
   const FileKind kind = detect_kind(path);
@@ -222,20 +224,8 @@ Dump read_run(const std::string& path, const NameMap& names, int64_t step) {
     throw DumpError("'" + path + "' does not exist; give a dump, a torch.save or safetensors "
                     "file, an HDF5 file, or a directory of them");
   std::vector<std::string> files;
-  if (is_dcp_dir(path)) {
-    // One checkpoint, however many rank files it has: its metadata assembles every tensor.
-    Dump d;
-    d.source = path;
-    auto& sd = d.steps[step];
-    sd.step = step;
-    std::map<std::string, std::string> origin;
-    for (auto& t : read_dcp(path)) place(sd, t.name, std::move(t.array), path, origin);
-    d.meta["kind"] = "DCP";
-    d.meta["source"] = path;
-    rename_all(d, names);
-    return d;
-  }
-  if (fs::is_directory(path, ec)) {
+  // A DCP directory is one checkpoint, however many rank files it has.
+  if (fs::is_directory(path, ec) && !is_dcp_dir(path)) {
     for (const auto& e : fs::directory_iterator(path, ec))
       if (e.is_regular_file(ec)) files.push_back(e.path().string());
     std::sort(files.begin(), files.end());

@@ -18,10 +18,12 @@
 
 namespace parity::dumps {
 
-enum class FileKind { ParityDump, Hdf5, TorchSave, Safetensors, Unknown };
+// Dcp: a torch.distributed.checkpoint directory (dumps/dcp.h), read as one file.
+enum class FileKind { ParityDump, Hdf5, TorchSave, Safetensors, Dcp, Unknown };
 const char* to_string(FileKind k);  // "parity dump", "HDF5", "torch.save", "safetensors", ...
 
-// The kind of one file, from its first bytes (and, for HDF5, whether /meta says parity-dump).
+// The kind of one file, from its first bytes (and, for HDF5, whether /meta says parity-dump);
+// Dcp for a DCP checkpoint directory.
 FileKind detect_kind(const std::string& path);
 
 // Renames applied to every tensor name after it is read (--map): exact names, and prefixes

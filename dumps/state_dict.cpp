@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <set>
@@ -44,10 +45,16 @@ StateDictImport params_from_state_dict(const std::string& path, const kernels::M
   StateDictImport out;
   // A whole training state (older torchtitan checkpoints: model.*, optimizer.*, ...): its
   // model's entries under their own names, the rest set aside.
-  bool nested = false;
-  for (const auto& t : tensors) nested |= t.name.rfind(kModelPrefix, 0) == 0;
-  for (const auto& spec : kernels::param_specs(cfg))
-    for (const auto& t : tensors) nested &= t.name != spec.fqn;
+  std::set<std::string> in_file;
+  bool prefixed = false;
+  for (const auto& t : tensors) {
+    in_file.insert(t.name);
+    prefixed |= t.name.rfind(kModelPrefix, 0) == 0;
+  }
+  const auto specs = kernels::param_specs(cfg);
+  const bool nested = prefixed && std::none_of(specs.begin(), specs.end(), [&](const auto& p) {
+                        return in_file.count(p.fqn) > 0;
+                      });
   if (nested) {
     std::vector<NamedArray> model;
     for (auto& t : tensors) {
@@ -68,7 +75,7 @@ StateDictImport params_from_state_dict(const std::string& path, const kernels::M
   std::set<std::string> wanted;
   std::vector<std::string> names;
   std::vector<at::Tensor> values;
-  for (const auto& spec : kernels::param_specs(cfg)) {
+  for (const auto& spec : specs) {
     wanted.insert(spec.fqn);
     auto it = by_name.find(spec.fqn);
     if (it == by_name.end()) {

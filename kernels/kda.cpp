@@ -195,6 +195,11 @@ at::Tensor causal_depthwise_conv(const at::Tensor& x, const at::Tensor& w) {
   return y;
 }
 
+at::Tensor conv_silu(const at::Tensor& x, const at::Tensor& w) {
+  const auto acc = accum_dtype(x.scalar_type());
+  return at::silu(causal_depthwise_conv(x.to(acc), w.to(acc))).to(x.scalar_type());
+}
+
 namespace {
 
 using namespace loop_tensors;
@@ -444,7 +449,7 @@ at::Tensor kda(const at::Tensor& x, const KdaWeights& w, const KdaDims& d) {
     v = heads_fused(conv(w.v_proj, w.v_conv), H, false, 0.0, 1.0);
   } else {
     auto conv = [&](const at::Tensor& proj, const at::Tensor& taps) {
-      return heads(at::silu(causal_depthwise_conv(project(x, proj), taps.select(1, 0))));
+      return heads(conv_silu(project(x, proj), taps.select(1, 0).to(stream)));
     };
     q = l2_normalize(conv(w.q_proj, w.q_conv), d.l2norm_eps).to(acc) * q_scale;
     k = l2_normalize(conv(w.k_proj, w.k_conv), d.l2norm_eps).to(acc);

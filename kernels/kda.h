@@ -81,8 +81,8 @@ struct KdaWeights {
 // The prologue of `--kda fused` on CPU (kernels/kda_prep.h), each an autograd Function with
 // a hand-written backward; fp32, fp64 or bf16, sums in fp32 (fp64 for fp64) in a fixed order.
 // causal_conv_fused: causal_depthwise_conv with one rounding per output (bit for bit the same
-// in fp32 and fp64); with silu, silu of that rounded output (e^x by loop_elems::fixed_exp),
-// keeping only x for the backward. heads_fused: a_BTC [B,T,H*K] -> [B,H,T,K] contiguous in
+// in fp32 and fp64); with silu, silu of the unrounded sum (e^x by loop_elems::fixed_exp), then
+// the one rounding (attention-gym's causal_conv1d), keeping only x for the backward. heads_fused: a_BTC [B,T,H*K] -> [B,H,T,K] contiguous in
 // acc; with l2, each head's vector a / sqrt(|a|^2 + eps) is rounded to a's dtype, then times
 // scale.
 at::Tensor causal_conv_fused(const at::Tensor& x_BTC, const at::Tensor& w_CJ, bool silu = false);
@@ -104,14 +104,19 @@ at::Tensor rms_norm_gated_fused(const at::Tensor& o_BHTK, const at::Tensor& gate
 // x_BTC -> y_BTC. Written as J shifted multiply-adds in tap order (a fixed reduction order).
 at::Tensor causal_depthwise_conv(const at::Tensor& x_BTC, const at::Tensor& w_CJ);
 
+// The short convolution with its SiLU as kda() composes it outside `--kda fused`: the conv and
+// the SiLU in acc, rounded once to x's dtype (attention-gym's causal_conv1d widens inputs and
+// taps to fp32 and rounds after the SiLU). Autograd throughout.
+at::Tensor conv_silu(const at::Tensor& x_BTC, const at::Tensor& w_CJ);
+
 // The KDA mixer, as torchtitan's KDA / InnerKDA / KDAKernel compute it: the q, k, v
-// projections, each a causal depthwise conv + SiLU (stream dtype); q and k L2-normalised per
+// projections, each a causal depthwise conv + SiLU (in acc, rounded once to the stream dtype); q and k L2-normalised per
 // head in acc and cast back (the kernel's l2norm); beta = sigmoid(beta(x)) and
 // g = bound * sigmoid(exp(A_log) (forget_b(forget_a(x)) + dt_bias)) in acc; the core in acc
 // with q scaled by K^-0.5, its output cast to the stream dtype; KimiRMSNormGated with
 // output_gate(x); output_proj. x_BTD -> y_BTD. With `--kda fused` on CPU the conv + SiLU and
-// the q, k, v head step run as causal_conv_fused and heads_fused (in bf16 the conv then rounds
-// once, as torchtitan's fp32-accumulating conv does, instead of after every tap), and the
+// the q, k, v head step run as causal_conv_fused and heads_fused (the same roundings in the
+// loops' fixed order), and the
 // decay gate and output norm (with its sigmoid) as decay_pre_fused and rms_norm_gated_fused.
 at::Tensor kda(const at::Tensor& x_BTD, const KdaWeights& w, const KdaDims& d);
 

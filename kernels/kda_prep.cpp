@@ -66,7 +66,7 @@ PARITY_INLINE void conv_fwd_tile(const ConvShape& s, const S* x, const S* w, S* 
       conv_at(s, x, wt, cb, n, b, t, acc);
       S* yr = y + (b * T + t) * C + cb;
       if (s.silu)
-        for (int64_t c = 0; c < n; ++c) yr[c] = narrow<S>(silu_of(round_trip<S>(acc[c])));
+        for (int64_t c = 0; c < n; ++c) yr[c] = narrow<S>(silu_of(acc[c]));
       else
         for (int64_t c = 0; c < n; ++c) yr[c] = narrow<S>(acc[c]);
     }
@@ -74,7 +74,7 @@ PARITY_INLINE void conv_fwd_tile(const ConvShape& s, const S* x, const S* w, S* 
 
 // One tile of channels [cb, cb + n). g: the gradient of the conv's output for the tile,
 // [B*T, kTile]: dy itself, or with silu dy silu'(c) = (dy sig) (1 + c (1 - sig)),
-// sig = 1 / (1 + e^-c), rounded to S, c recomputed.
+// sig = 1 / (1 + e^-c), rounded to S, c recomputed (in acc, unrounded, as the forward).
 template <class S, int64_t N>
 PARITY_INLINE void conv_bwd_tile(const ConvShape& s, const S* x, const S* w, const S* dy, S* dx,
                                  S* dw, int64_t cb, Width<N> n, Acc<S>* wt, Acc<S>* dwt,
@@ -93,7 +93,7 @@ PARITY_INLINE void conv_bwd_tile(const ConvShape& s, const S* x, const S* w, con
       alignas(64) A acc[kTile];
       conv_at(s, x, wt, cb, n, b, t, acc);
       for (int64_t c = 0; c < n; ++c) {
-        const A cv = round_trip<S>(acc[c]), sig = logistic(cv);
+        const A cv = acc[c], sig = logistic(cv);
         gr[c] = round_trip<S>((widen<S>(dyr[c]) * sig) * (A(1) + cv * (A(1) - sig)));
       }
     }

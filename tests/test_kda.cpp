@@ -667,6 +667,26 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, KdaPrepConvBitwise,
                          ::testing::Values(at::kFloat, at::kBFloat16, at::kDouble),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
+// bf16 rounding point of the short convolution: SiLU applies to the fp32 sum and the result
+// rounds once (attention-gym's causal_conv1d). One channel, taps (0, 0, 0, 1.0625), x_0 = 1.0625,
+// all exact in bf16:
+//   c_0 = 1.0625^2 = 1.12890625, 144.5 bf16 steps of 2^-7: rounding c first gives 1.125 (even)
+//   silu(1.12890625) = 0.85304332..., 218.38 steps of 2^-8: rounded once, 218 * 2^-8 = 0.8515625
+//   silu(1.125)      = 0.84927936..., 217.42 steps:                       217 * 2^-8 = 0.84765625
+// Both well away from a tie, so fp32's own rounding of the SiLU cannot move them. Both forms:
+// the fused loop and the readable composition kda() runs for --kda chunked and recurrent.
+TEST(KdaPrep, Bf16ConvRoundsOnceAfterTheSilu) {
+  const auto bf = at::kBFloat16;
+  auto x = at::tensor({1.0625f, 0.0f}).view({1, 2, 1}).to(bf);
+  auto w = at::tensor({0.0f, 0.0f, 0.0f, 1.0625f}).view({1, 4}).to(bf);
+  const auto fused = k::causal_conv_fused(x, w, /*silu=*/true);
+  ASSERT_EQ(fused.scalar_type(), bf);
+  EXPECT_EQ(fused[0][0][0].item<float>(), 0.8515625f);  // not 0.84765625
+  const auto readable = k::conv_silu(x, w);
+  ASSERT_EQ(readable.scalar_type(), bf);
+  EXPECT_EQ(readable[0][0][0].item<float>(), 0.8515625f);
+}
+
 // The conv's hand-written gradients against autograd through causal_depthwise_conv (fp64).
 // Bound, element by element: dx is a sum of at most J products and dw of at most B T, in
 // different orders in the two evaluations, so they differ by at most 2 gamma_n times the

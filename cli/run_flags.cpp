@@ -41,6 +41,9 @@ void add_run_options(CLI::App& cmd, harness::RunOptions& o) {
   add_choice(cmd, o.tokens_dtype, spec::token_dtypes(),
              "a raw --tokens file's element type (nanoGPT/Megatron .bin), little-endian");
   add_choice(cmd, o.clip_order, spec::clip_orders(), "total-norm order");
+  add_choice(cmd, o.grad_norm_dtype, spec::grad_norm_dtypes(),
+             "dtype of the total norm of bf16 gradients: fp32 (the seed's tables) or bf16 (stock "
+             "torchtitan)");
   cmd.add_option("--pp", o.pp, "pipeline ranks")->capture_default_str()
       ->check(integer_in(1, spec::kMaxRanks));
   cmd.add_option("--vp", o.vp, "virtual stages per rank")->capture_default_str()

@@ -161,6 +161,7 @@ kernels::TrainConfig train_config(const RunOptions& o) {
     throw UsageError("--device cuda: this build or machine has no CUDA device; use --device cpu");
   c.device = spec::to_string(o.device);
   c.clip_order = o.clip_order;
+  c.grad_norm_dtype = o.grad_norm_dtype;
   c.max_norm = o.max_norm;
   if (c.clip_order == kernels::ClipOrder::PerRank)  // the map of the --pp/--vp/--split layout
     c.param_rank = pipelined::param_ranks(c.model, pipelined::make_split(c.model, pipeline_config(o)),

@@ -10,24 +10,25 @@ namespace {
 
 using namespace loop_elems;
 
-// torch's lerp: start + w (end - start) for |w| < 0.5, else end - (end - start) (1 - w); the
-// side is a template argument so that the loop body has no branch and vectorises.
+// The fused kernel's lerp: fma(w, end - start, start) for |w| < 0.5, else
+// fma(w - 1, end - start, end); the side is a template argument so that the loop body has no
+// branch and vectorises.
 template <bool kLow, class S>
 PARITY_INLINE void update_side(const Constants& c, S* p, const S* g, S* m, S* v, int64_t i0,
                                int64_t i1) {
   using A = Acc<S>;
   const A decay = A(c.decay), w = A(c.lerp_weight), b2 = A(c.beta2),
           one_b2 = A(c.one_minus_beta2), bc2 = A(c.bc2_sqrt), eps = A(c.eps),
-          step = A(c.neg_step_size), w_hi = A(1) - w;
+          step = A(c.neg_step_size), w_hi = w - A(1);
   for (int64_t i = i0; i < i1; ++i) {
     const A gi = widen<S>(g[i]), mi = widen<S>(m[i]), vi = widen<S>(v[i]);
     A pi = widen<S>(p[i]) * decay;
     const A diff = gi - mi;
     A mn;
     if constexpr (kLow)
-      mn = mi + w * diff;
+      mn = std::fma(w, diff, mi);
     else
-      mn = gi - diff * w_hi;
+      mn = std::fma(w_hi, diff, gi);
     const A vn = vi * b2 + (one_b2 * gi) * gi;
     const A denom = std::sqrt(vn) / bc2 + eps;
     pi = pi + (step * mn) / denom;

@@ -1,14 +1,19 @@
 // One AdamW step as a single loop over a parameter's elements (no torch), which AdamW::step
 // runs on CPU. Per element, in the accumulation type A (fp32 for bf16, else the element type),
-// with every constant rounded to A first, it performs torch's single-tensor AdamW sequence:
+// with every constant rounded to A first, it performs torch's fused CPU AdamW
+// (aten/src/ATen/native/cpu/FusedAdamKernel.cpp, the vectorised body; torchtitan asks for
+// fused=True):
 //
 //   p = p * decay                                   (decay = 1 - lr wd)
-//   m = lerp(m, g, 1 - beta1)                       (torch's two-sided lerp formula)
-//   v = v * beta2 + ((1 - beta2) g) g               (addcmul)
-//   p = p + ((-step_size) m) / (sqrt(v) / bc2_sqrt + eps)   (addcdiv)
+//   m = fma(w, g - m, m)          for |w| < 0.5     (the lerp m -> g by w = 1 - beta1,
+//   m = fma(w - 1, g - m, g)      otherwise          one rounding for product and sum)
+//   v = v * beta2 + ((1 - beta2) g) g
+//   p = p + ((-step_size) m) / (sqrt(v) / bc2_sqrt + eps)
 //
-// and stores p, m and v once each. Built without FMA contraction; the elements are
-// independent, so the bits depend neither on the range split nor on the vector ISA.
+// and stores p, m and v once each. Apart from the explicit fma it is built without FMA
+// contraction; the elements are independent, so the bits depend neither on the range split nor
+// on the vector ISA. (torch's scalar tail, the last numel mod 16 or 32 elements of a bf16
+// tensor, writes the lerp without fma; docs/design.md section 10.5.)
 #pragma once
 
 #include <cstdint>

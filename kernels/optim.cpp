@@ -114,24 +114,26 @@ void Optimizer::step(std::vector<at::Tensor>& params, const std::vector<at::Tens
 }
 
 namespace {
-at::Tensor norm_of_norms(const std::vector<at::Tensor>& grads, const std::vector<size_t>& idx) {
+at::Tensor norm_of_norms(const std::vector<at::Tensor>& grads, const std::vector<size_t>& idx,
+                         GradNormDtype dtype) {
   std::vector<at::Tensor> norms;
   norms.reserve(idx.size());
   for (auto i : idx) {
-    const auto acc = accum_dtype(grads[i].scalar_type());
-    norms.push_back(at::linalg_vector_norm(grads[i], 2, c10::nullopt, false, acc));
+    const auto t = grads[i].scalar_type();
+    const auto out = dtype == GradNormDtype::BF16 ? t : accum_dtype(t);
+    norms.push_back(at::linalg_vector_norm(grads[i], 2, c10::nullopt, false, out));
   }
   return at::linalg_vector_norm(at::stack(norms), 2);
 }
 }  // namespace
 
 at::Tensor total_grad_norm(const std::vector<at::Tensor>& grads, ClipOrder order,
-                           const std::vector<int>& rank_of) {
+                           const std::vector<int>& rank_of, GradNormDtype dtype) {
   at::NoGradGuard no_grad;
   if (order == ClipOrder::Single) {
     std::vector<size_t> all(grads.size());
     for (size_t i = 0; i < all.size(); ++i) all[i] = i;
-    return norm_of_norms(grads, all);
+    return norm_of_norms(grads, all, dtype);
   }
   if (rank_of.size() != grads.size())
     throw ConfigError("per-rank clip order needs a rank for every parameter (got " +
@@ -140,7 +142,7 @@ at::Tensor total_grad_norm(const std::vector<at::Tensor>& grads, ClipOrder order
   std::map<int, std::vector<size_t>> by_rank;
   for (size_t i = 0; i < grads.size(); ++i) by_rank[rank_of[i]].push_back(i);
   std::vector<at::Tensor> squares;
-  for (auto& [rank, idx] : by_rank) squares.push_back(norm_of_norms(grads, idx).pow(2));
+  for (auto& [rank, idx] : by_rank) squares.push_back(norm_of_norms(grads, idx, dtype).pow(2));
   return at::stack(squares).sum().sqrt();
 }
 

@@ -31,8 +31,8 @@ struct AdamWConfig {
   double eps = 1e-8;
   double weight_decay = 0.1;  // on every parameter: torchtitan's one param group, pattern .*
   // On CPU, run each contiguous fp32, fp64 or bf16 parameter's step as one element loop
-  // (kernels/adamw_loop.h) instead of the readable ATen op sequence; both compute the same
-  // sequence per element.
+  // (kernels/adamw_loop.h, torch's fused order) instead of the readable ATen op sequence; the
+  // two differ only where the loop's fused lerp rounds once and ATen's lerp twice.
   bool loop = true;
 };
 
@@ -45,7 +45,9 @@ double learning_rate(const AdamWConfig& c, int64_t step);
 // are each rounded once per step. The op sequence, in acc:
 //   p *= 1 - lr*wd;  m = lerp(m, g, 1-b1);  v = b2 v + (1-b2) g*g
 //   p += -lr/(1-b1^t) * (m / (sqrt(v)/sqrt(1-b2^t) + eps))
-// For fp32 and fp64 parameters this is torch's single-tensor AdamW op for op.
+// with the lerp one fused multiply-add on CPU, as torch's fused CPU kernel computes it; off
+// the CPU (or for a strided tensor) the same sequence runs as ATen ops, whose lerp may round
+// its product before the sum.
 class AdamW {
  public:
   AdamW(AdamWConfig cfg, const std::vector<at::Tensor>& params);
@@ -83,15 +85,19 @@ class Optimizer {
 //             (the single-device clip_grad_norm_ order).
 //   per-rank: each rank's norm over its own parameters (FQN order) as above, then
 //             sqrt(sum over ranks in rank order of norm_r^2) (what torch's pipeline does).
-using spec::ClipOrder;  // named by spec::clip_orders()
+using spec::ClipOrder;      // named by spec::clip_orders()
+using spec::GradNormDtype;  // named by spec::grad_norm_dtypes()
 
-// The total norm in acc (fp32; fp64 in fp64 mode): each parameter's norm accumulated and
-// returned in acc, then the norm of those norms. For bf16 gradients this is the seed's "total
-// grad norm in fp32" (torch's get_total_norm would return each norm in bf16 and take the norm
-// of norms in bf16, at bf16's 3 significant digits). rank_of[i] is the pipeline rank that owns parameter i (used by
-// per-rank only; ranks numbered from 0).
+// The total norm. With dtype FP32, in acc (fp32; fp64 in fp64 mode): each parameter's norm
+// accumulated and returned in acc, then the norm of those norms; for bf16 gradients this is
+// the seed's "total grad norm in fp32". With BF16, in the gradients' own dtype as torch's
+// clip_grad_norm_ takes it: each norm accumulated in fp32 and returned in bf16, the norm of
+// norms (and per-rank, the squares, their sum and its root) in bf16, at bf16's 3 significant
+// digits. rank_of[i] is the pipeline rank that owns parameter i (used by per-rank only; ranks
+// numbered from 0).
 at::Tensor total_grad_norm(const std::vector<at::Tensor>& grads, ClipOrder order,
-                           const std::vector<int>& rank_of);
+                           const std::vector<int>& rank_of,
+                           GradNormDtype dtype = GradNormDtype::FP32);
 
 // Multiplies every gradient by min(1, max_norm / (norm + 1e-6)) computed in the norm's dtype
 // (multiplication by exactly 1 leaves the bits unchanged).

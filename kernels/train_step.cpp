@@ -125,7 +125,7 @@ void finish_step(const TrainConfig& cfg, int64_t step, Optimizer& optimizer, Nam
   if (keep)
     for (const auto& g : grads) grads_before_clip.push_back(g.clone());
 
-  auto norm = total_grad_norm(grads, cfg.clip_order, cfg.param_rank);
+  auto norm = total_grad_norm(grads, cfg.clip_order, cfg.param_rank, cfg.grad_norm_dtype);
   clip_grads(grads, norm, cfg.max_norm);
   if (cfg.expert_balance)
     update_expert_biases(cfg.model, buffers);

@@ -42,6 +42,7 @@ struct TrainConfig {
   int threads = 1;
   std::string device = "cpu";
   ClipOrder clip_order = ClipOrder::Single;
+  GradNormDtype grad_norm_dtype = GradNormDtype::FP32;
   double max_norm = 1.0;
   std::vector<int> param_rank;  // per-rank clip order: the rank that owns each parameter
   bool reverse_microbatches = false;

@@ -152,6 +152,7 @@ const std::map<std::string, Setter>& setters() {
       {"split", [](Cell& c, auto& n, auto& p) { c.split = get_string(n, p); }},
       {"clip_order", [](Cell& c, auto& n, auto& p) { c.clip_order = named(n, p, spec::clip_orders()); }},
       {"grad_accum", [](Cell& c, auto& n, auto& p) { c.grad_accum = named(n, p, spec::grad_accums()); }},
+      {"grad_norm_dtype", [](Cell& c, auto& n, auto& p) { c.grad_norm_dtype = named(n, p, spec::grad_norm_dtypes()); }},
       {"lr_schedule", [](Cell& c, auto& n, auto& p) { c.lr_schedule = named(n, p, spec::lr_schedules()); }},
       {"expert_balance", [](Cell& c, auto& n, auto& p) { c.expert_balance = get_bool(n, p); }},
       {"loss_chunks", [](Cell& c, auto& n, auto& p) { c.loss_chunks = get_small(n, p, 1); }},

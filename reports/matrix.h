@@ -23,9 +23,9 @@
 // order-only], nproc [0: in-process], backend [gloo when nproc > 0], and the RunSpec's
 // fields under their names (spec/run_spec.h; defaults as there, but flavor [tiny] and dtype
 // [bf16]): trainer, flavor, dtype, steps, microbatches, rows, seq_len, seed, lr, warmup,
-// lr_schedule, threads, dp, pp, vp, schedule, cache, split, clip_order, grad_accum, attn_res,
-// kda, expert_balance, pseudo_query_init, loss_chunks, max_norm, reverse_microbatches,
-// freeze_embedding, device, inject [[]: fault specs, as train --inject].
+// lr_schedule, threads, dp, pp, vp, schedule, cache, split, clip_order, grad_norm_dtype,
+// grad_accum, attn_res, kda, expert_balance, pseudo_query_init, loss_chunks, max_norm,
+// reverse_microbatches, freeze_embedding, device, inject [[]: fault specs, as train --inject].
 //
 // A cell's seed checkpoint is shared by every cell of its batch shape (flavor, seed, dp x
 // microbatches x rows x seq_len): made once per matrix run, as the seed's protocol does. (Our

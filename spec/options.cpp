@@ -69,6 +69,12 @@ const Choices<ClipOrder>& clip_orders() {
   return t;
 }
 
+const Choices<GradNormDtype>& grad_norm_dtypes() {
+  static const Choices<GradNormDtype> t{
+      "--grad-norm-dtype", {{GradNormDtype::FP32, "fp32"}, {GradNormDtype::BF16, "bf16"}}};
+  return t;
+}
+
 const Choices<LrSchedule>& lr_schedules() {
   static const Choices<LrSchedule> t{
       "--lr-schedule", {{LrSchedule::WSD, "wsd"}, {LrSchedule::Constant, "constant"}}};
@@ -130,6 +136,7 @@ const char* to_string(KdaImpl v) { return kda_forms().name(v); }
 const char* to_string(AttnResImpl v) { return attn_res_forms().name(v); }
 const char* to_string(GradAccum v) { return grad_accums().name(v); }
 const char* to_string(ClipOrder v) { return clip_orders().name(v); }
+const char* to_string(GradNormDtype v) { return grad_norm_dtypes().name(v); }
 const char* to_string(LrSchedule v) { return lr_schedules().name(v); }
 const char* to_string(Device v) { return devices().name(v); }
 const char* to_string(Backend v) { return backends().name(v); }

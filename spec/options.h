@@ -36,6 +36,11 @@ enum class GradAccum { Auto, BF16, FP32 };
 // The order of the total gradient norm: one norm in FQN order, or per rank then summed.
 enum class ClipOrder { Single, PerRank };
 
+// The dtype of the total gradient norm and the clip factor for bf16 gradients: fp32 (the
+// seed's tables) or the gradients' own bf16 (torch's clip_grad_norm_, stock torchtitan).
+// fp32 and fp64 gradients take it in their own dtype either way.
+enum class GradNormDtype { FP32, BF16 };
+
 enum class LrSchedule { WSD, Constant };
 
 enum class Device { Cpu, Cuda };
@@ -64,6 +69,7 @@ const Choices<KdaImpl>& kda_forms();
 const Choices<AttnResImpl>& attn_res_forms();
 const Choices<GradAccum>& grad_accums();
 const Choices<ClipOrder>& clip_orders();
+const Choices<GradNormDtype>& grad_norm_dtypes();
 const Choices<LrSchedule>& lr_schedules();
 const Choices<Device>& devices();
 const Choices<Backend>& backends();
@@ -82,6 +88,7 @@ const char* to_string(KdaImpl v);
 const char* to_string(AttnResImpl v);
 const char* to_string(GradAccum v);
 const char* to_string(ClipOrder v);
+const char* to_string(GradNormDtype v);
 const char* to_string(LrSchedule v);
 const char* to_string(Device v);
 const char* to_string(Backend v);

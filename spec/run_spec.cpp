@@ -117,6 +117,7 @@ const std::vector<Field>& fields() {
       path("--tokens", &RunSpec::tokens_path),
       optional_choice(&RunSpec::tokens_dtype, token_dtypes()),
       choice(&RunSpec::clip_order, clip_orders()),
+      choice(&RunSpec::grad_norm_dtype, grad_norm_dtypes()),
       choice(&RunSpec::grad_accum, grad_accums()),
       choice(&RunSpec::attn_res, attn_res_forms()),
       choice(&RunSpec::kda, kda_forms()),
@@ -142,7 +143,7 @@ auto tied(const RunSpec& s) {
   return std::tie(s.trainer, s.flavor, s.dtype, s.steps, s.microbatches, s.rows, s.seq_len,
                   s.seed, s.threads, s.dp, s.pp, s.vp, s.schedule, s.cache, s.split, s.device,
                   s.init_path, s.data_path, s.tokens_path, s.tokens_dtype, s.clip_order,
-                  s.grad_accum, s.attn_res, s.kda, s.lr, s.warmup, s.lr_schedule,
+                  s.grad_norm_dtype, s.grad_accum, s.attn_res, s.kda, s.lr, s.warmup, s.lr_schedule,
                   s.expert_balance, s.pseudo_query_init, s.loss_chunks, s.max_norm,
                   s.reverse_microbatches, s.freeze_embedding, s.inject);
 }

@@ -43,6 +43,7 @@ struct RunSpec {
   std::string tokens_path;               // token ids read as they are; "": tokenize the corpus
   std::optional<TokenDtype> tokens_dtype;  // a raw --tokens file's element type
   ClipOrder clip_order = ClipOrder::Single;
+  GradNormDtype grad_norm_dtype = GradNormDtype::FP32;
   GradAccum grad_accum = GradAccum::Auto;
   AttnResImpl attn_res = AttnResImpl::Fused;
   KdaImpl kda = KdaImpl::Fused;

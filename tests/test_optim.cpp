@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/adamw_loop.h"
 #include "kernels/optim.h"
 
 namespace k = parity::kernels;
@@ -60,6 +61,48 @@ TEST(AdamWBf16, OneStepRoundsOnceBitwise) {
 
 }
 
+// torch's fused CPU AdamW writes the first moment's lerp as one fused multiply-add
+// (kernels/adamw_loop.h); the unfused form rounds the product first. On bf16 elements whose
+// lerp cancels, the two store different moments. Step 2 of torchtitan's settings (lr 8e-4,
+// wd 0.1, betas (0.9, 0.95), eps 1e-8), worked in exact binary arithmetic:
+//   w = fp32(1 - 0.9) = 13421773 2^-27 (0.100000001490116...);
+//   m = -0.09375 = -3 2^-5 and g = 0.84375 = 27 2^-5 (both bf16), so g - m = 0.9375 exactly;
+//   w (g - m) = 13421773 (15/16) 2^-27 = (12582912 + 0.1875) 2^-27 = 0.09375 + 3 2^-31.
+//   fused:   m' = fma(w, g - m, m) = 3 2^-31 (exact, and a bf16: 3 has two bits);
+//   unfused: fp32(w (g - m)) = 0.09375 (the spacing there is 2^-27, 0.1875 of it is dropped),
+//            and m' = -0.09375 + 0.09375 = 0.
+// The other two stores, with v = 0 and p = 1:
+//   v' = (fp32(0.05) g) g = 0.0355957... = 145.80 2^-12, stored as the bf16 146 2^-12 =
+//        0.03564453125 (0.3 of a spacing from the midpoint; fp32's error is 1e-7 relative);
+//   p' = 1 (1 - 8e-5) + (-8e-4 / 0.19) m' / (sqrt(v') / sqrt(1 - 0.95^2) + 1e-8)
+//      = 0.99992 - 2e-11, stored as 1 (the bf16 neighbours are 1 and 1 - 2^-8; the midpoint is
+//        1.9e-3 away).
+// With beta1 = 0.1 the lerp takes its other side, fma(w - 1, g - m, g) with w = fp32(0.9) =
+// 15099494 2^-24 and w - 1 = -838861 2^-23 (exact): m = -1.96875, g = 0.21875 = 29360128 2^-27,
+// g - m = 2.1875 = 35/16, (w - 1)(g - m) = -29360135 2^-27:
+//   fused:   m' = -7 2^-27 exactly;
+//   unfused: fp32((w - 1)(g - m)) is a tie between -14680067 2^-26 and -14680068 2^-26, rounded
+//            to the even -29360136 2^-27, so m' = -8 2^-27 = -2^-24.
+TEST(AdamWLoop, FusedLerpRoundsOnceBitwise) {
+  namespace al = k::adamw_loop;
+  auto bits = [](float x) { return c10::BFloat16(x).x; };
+  auto val = [](uint16_t b) { return static_cast<float>(c10::BFloat16(b, c10::BFloat16::from_bits())); };
+  const double lr = 8e-4, wd = 0.1, b2 = 0.95;
+  auto constants = [&](double b1) {
+    const double bc1 = 1 - b1 * b1, bc2 = 1 - b2 * b2;
+    return al::Constants{1 - lr * wd, 1 - b1, b2, 1 - b2, std::sqrt(bc2), 1e-8, -lr / bc1};
+  };
+  uint16_t p = bits(1.0f), g = bits(0.84375f), m = bits(-0.09375f), v = bits(0.0f);
+  al::update(constants(0.9), &p, &g, &m, &v, 0, 1);
+  EXPECT_EQ(val(m), std::ldexp(3.0f, -31)) << "the unfused lerp gives 0";
+  EXPECT_EQ(val(v), 0.03564453125f);
+  EXPECT_EQ(val(p), 1.0f);
+
+  p = bits(1.0f), g = bits(0.21875f), m = bits(-1.96875f), v = bits(0.0f);
+  al::update(constants(0.1), &p, &g, &m, &v, 0, 1);
+  EXPECT_EQ(val(m), std::ldexp(-7.0f, -27)) << "the unfused lerp gives -2^-24";
+}
+
 // The total norm of bf16 gradients is taken in fp32. g = [1, 1]: the sum of squares 2 is
 // exact and the root is the correctly rounded fp32 sqrt(2) = 1.41421353816986083984375; in bf16
 // it would be 1.4140625.
@@ -67,6 +110,24 @@ TEST(TotalGradNorm, Bf16GradientsNormInFp32Bitwise) {
   const auto n = k::total_grad_norm({bf16({1.0f, 1.0f})}, k::ClipOrder::Single, {});
   ASSERT_EQ(n.scalar_type(), at::kFloat);
   EXPECT_EQ(n.item<float>(), std::sqrt(2.0f));
+}
+
+// --grad-norm-dtype bf16 takes the norm as torch's clip_grad_norm_ does on bf16 gradients:
+// in bf16 (spacing 2^-7 on [1, 2)). g = [1, 1]: sqrt(2) = 1.41421356 = 181.02 2^-7, stored as
+// 181 2^-7 = 1.4140625; the norm of that single norm is itself. Per rank, with [1, 1] on rank 0
+// and [1] on rank 1: 1.4140625^2 = 1.99957275390625 = 255.95 2^-7 rounds to 2; 2 + 1 = 3;
+// sqrt(3) = 1.7320508 = 221.70 2^-7 rounds to 222 2^-7 = 1.734375 (in fp32 it would be
+// 1.7320508). Every margin is at least 0.02 of a bf16 spacing, far above fp32's accumulation
+// error on three terms (1e-7 relative).
+TEST(TotalGradNorm, Bf16NormTakenInBf16Bitwise) {
+  const auto bf = k::GradNormDtype::BF16;
+  const auto n = k::total_grad_norm({bf16({1.0f, 1.0f})}, k::ClipOrder::Single, {}, bf);
+  ASSERT_EQ(n.scalar_type(), at::kBFloat16);
+  EXPECT_EQ(n.to(at::kFloat).item<float>(), 1.4140625f);
+  const auto r = k::total_grad_norm({bf16({1.0f, 1.0f}), bf16({1.0f})}, k::ClipOrder::PerRank,
+                                    {0, 1}, bf);
+  ASSERT_EQ(r.scalar_type(), at::kBFloat16);
+  EXPECT_EQ(r.to(at::kFloat).item<float>(), 1.734375f);
 }
 
 // Both orders on [3, 4] and [12] (bf16, exact): single: norms 5 and 12, sqrt(25 + 144) = 13;

@@ -73,6 +73,7 @@ TEST(Spec, EveryTableRoundTripsAndRefusesWithOneMessageForm) {
   check_table(attn_res_forms(), "--attn-res", {"fused", "recompute", "plain"});
   check_table(grad_accums(), "--grad-accum", {"auto", "bf16", "fp32"});
   check_table(clip_orders(), "--clip-order", {"single", "per-rank"});
+  check_table(grad_norm_dtypes(), "--grad-norm-dtype", {"fp32", "bf16"});
   check_table(lr_schedules(), "--lr-schedule", {"wsd", "constant"});
   check_table(devices(), "--device", {"cpu", "cuda"});
   check_table(backends(), "--backend", {"gloo", "nccl"});
@@ -93,6 +94,7 @@ TEST(Spec, NamesMeanTheValuesTheCodeExpects) {
   EXPECT_EQ(grad_accums().parse("bf16"), GradAccum::BF16);
   EXPECT_EQ(caches().parse("off"), Cache::Off);
   EXPECT_EQ(clip_orders().parse("per-rank"), ClipOrder::PerRank);
+  EXPECT_EQ(grad_norm_dtypes().parse("bf16"), GradNormDtype::BF16);
   EXPECT_EQ(kda_forms().parse("recurrent"), KdaImpl::Recurrent);
   EXPECT_EQ(attn_res_forms().parse("plain"), AttnResImpl::Plain);
   EXPECT_EQ(trainers().parse("pipelined"), Trainer::Pipelined);
@@ -128,12 +130,12 @@ using namespace parity::spec;
 
 // RunSpec's fields, counted by the structured binding below: a field added to RunSpec stops
 // this file from compiling until the binding, and a mutation of the new field, are added here.
-constexpr size_t kFields = 34;
+constexpr size_t kFields = 35;
 
 void name_every_field() {
   [[maybe_unused]] auto [trainer, flavor, dtype, steps, microbatches, rows, seq_len, seed,
                          threads, dp, pp, vp, schedule, cache, split, device, init_path,
-                         data_path, tokens_path, tokens_dtype, clip_order, grad_accum,
+                         data_path, tokens_path, tokens_dtype, clip_order, grad_norm_dtype, grad_accum,
                          attn_res, kda, lr, warmup, lr_schedule, expert_balance,
                          pseudo_query_init, loss_chunks, max_norm, reverse_microbatches,
                          freeze_embedding, inject] = RunSpec{};
@@ -163,6 +165,7 @@ const std::vector<std::pair<std::string, std::function<void(RunSpec&)>>>& mutati
       {"tokens_path", [](RunSpec& s) { s.tokens_path = "ids.bin"; }},
       {"tokens_dtype", [](RunSpec& s) { s.tokens_dtype = TokenDtype::I32; }},
       {"clip_order", [](RunSpec& s) { s.clip_order = ClipOrder::PerRank; }},
+      {"grad_norm_dtype", [](RunSpec& s) { s.grad_norm_dtype = GradNormDtype::BF16; }},
       {"grad_accum", [](RunSpec& s) { s.grad_accum = GradAccum::FP32; }},
       {"attn_res", [](RunSpec& s) { s.attn_res = AttnResImpl::Recompute; }},
       {"kda", [](RunSpec& s) { s.kda = KdaImpl::Chunked; }},

@@ -1,6 +1,6 @@
-// parity init --flavor F --seed S --out ckpt.h5: the fp32 master parameters in HDF5, drawn from
-// the seed, or (--from PATH) taken from a torchtitan state dict in torch.save or safetensors, or
-// from a DCP checkpoint directory.
+// parity init --flavor F --seed S --out ckpt.h5: the fp32 master parameters and the persistent
+// buffers in HDF5, drawn from the seed (buffers zero), or (--from PATH) taken from a torchtitan
+// state dict in torch.save or safetensors, or from a DCP checkpoint directory.
 #include <iostream>
 
 #include "cli/commands.h"
@@ -26,14 +26,22 @@ struct InitOptions {
 
 int run_init(const InitOptions& o) {
   const auto cfg = kernels::flavor(o.flavor);
-  kernels::NamedTensors params;
+  kernels::NamedTensors params, buffers;
   if (o.from.empty()) {
     params = kernels::init_params(cfg, o.seed, harness::init_options(o.pseudo_query_init));
   } else {
     auto sd = dumps::params_from_state_dict(o.from, cfg);
     params = std::move(sd.params);
+    buffers = std::move(sd.buffers);
     std::cout << "read " << o.from << ": " << params.size() << " parameters of " << cfg.name;
-    if (!sd.buffers.empty()) std::cout << "; skipped " << sd.buffers.size() << " buffer(s)";
+    if (buffers.size() > 0)
+      std::cout << " and " << buffers.size() << " persistent buffer(s) (the expert biases)";
+    if (!sd.absent_buffers.empty())
+      std::cout << "; " << sd.absent_buffers.size()
+                << " expert bias(es) not in the file start at zero (" << sd.absent_buffers[0]
+                << (sd.absent_buffers.size() > 1 ? ", ..." : "") << ")";
+    if (!sd.skipped_buffers.empty())
+      std::cout << "; skipped " << sd.skipped_buffers.size() << " non-persistent buffer(s)";
     if (!sd.vision.empty())
       std::cout << "; skipped " << sd.vision.size() << " vision_encoder tensor(s) (not modelled)";
     if (!sd.outside_model.empty())
@@ -43,16 +51,19 @@ int run_init(const InitOptions& o) {
     if (!sd.rounded.empty()) std::cout << "; rounded " << sd.rounded.size() << " fp64 tensor(s) to fp32";
     std::cout << "\n";
   }
-  dumps::write_checkpoint(o.out, cfg, o.seed, params, harness::git_sha());
+  dumps::write_checkpoint(o.out, cfg, o.seed, params, buffers, harness::git_sha());
+  size_t n_buffers = 0;
+  for (const auto& b : kernels::buffer_specs(cfg)) n_buffers += b.persistent;
   std::cout << "wrote " << o.out << ": flavor " << cfg.name << ", seed " << o.seed << ", "
             << params.size() << " tensors, "
-            << kernels::total_numel(kernels::param_specs(cfg)) << " parameters\n";
+            << kernels::total_numel(kernels::param_specs(cfg)) << " parameters, " << n_buffers
+            << " persistent buffer(s)\n";
   return 0;
 }
 }  // namespace
 
 Command add_init_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("init", "write a seed checkpoint (fp32 master parameters)");
+  auto* cmd = app.add_subcommand("init", "write a seed checkpoint (fp32 master parameters, expert biases)");
   auto o = std::make_shared<InitOptions>();
   add_choice(*cmd, o->flavor, spec::flavors(), "model flavor");
   cmd->add_option("--seed", o->seed, "initialisation seed")->capture_default_str()

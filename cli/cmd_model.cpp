@@ -1,4 +1,5 @@
-// parity model --flavor F: the layer pattern, where blocks open, the FQN table, the count.
+// parity model --flavor F: the layer pattern, where blocks open, the FQN table, the counts
+// (parameters, and state-dict entries as torchtitan's state_dict() lists them).
 #include <ATen/core/ScalarType.h>
 
 #include <cstdio>
@@ -46,7 +47,10 @@ int run_model(const std::string& name) {
 
   const auto specs = kernels::param_specs(cfg);
   std::printf("\n%-66s %-18s %10s  %s\n", "fqn (module order)", "shape", "numel", "kind");
+  size_t in_state_dict = 0, persistent = 0;
   for (const auto& e : kernels::module_entries(cfg)) {
+    in_state_dict += e.kind != kernels::ModuleEntry::NonPersistentBuffer;
+    persistent += e.kind == kernels::ModuleEntry::Buffer;
     int64_t n = 1;
     for (auto d : e.shape) n *= d;
     const char* kind = e.kind == kernels::ModuleEntry::Parameter ? "parameter"
@@ -60,6 +64,8 @@ int run_model(const std::string& name) {
   const auto total = kernels::total_numel(specs);
   std::printf("\ntext parameters: %s (%.2f M) in %zu tensors\n", grouped(total).c_str(),
               total / 1e6, specs.size());
+  std::printf("state dict: %zu entries (%zu parameters, %zu persistent buffers)\n",
+              in_state_dict, specs.size(), persistent);
   if (cfg.name == "debugmodel")
     std::printf("not modelled: the vision tower (vision_encoder.*, %s parameters; text batches "
                 "give it zero gradients), %s with it\n",

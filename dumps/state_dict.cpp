@@ -71,44 +71,68 @@ StateDictImport params_from_state_dict(const std::string& path, const kernels::M
   std::set<std::string> buffer_names;
   for (const auto& b : kernels::buffer_specs(cfg)) buffer_names.insert(b.fqn);
 
-  std::vector<std::string> missing, misshaped, extra, not_float;
+  std::vector<std::string> missing, misshaped, extra, not_float, not_finite;
   std::set<std::string> wanted;
+  // One tensor of the file as fp32, or an undefined tensor with the reason recorded.
+  auto take = [&](const std::string& fqn, const std::vector<int64_t>& shape) -> at::Tensor {
+    const h5::Array& a = *by_name.at(fqn);
+    if (a.shape != shape) {
+      misshaped.push_back(fqn + " " + h5::shape_text(a.shape) + " (want " +
+                          h5::shape_text(shape) + ")");
+      return {};
+    }
+    if (a.dtype != h5::DType::BF16 && a.dtype != h5::DType::F16 && a.dtype != h5::DType::F32 &&
+        a.dtype != h5::DType::F64) {
+      not_float.push_back(fqn + " (" + h5::dtype_name(a.dtype) + ")");
+      return {};
+    }
+    if (a.dtype == h5::DType::F64) out.rounded.push_back(fqn);
+    auto raw = at::from_blob(const_cast<unsigned char*>(a.bytes.data()), shape,
+                             at::TensorOptions().dtype(scalar_type(a.dtype)));
+    return raw.to(at::kFloat).clone();
+  };
   std::vector<std::string> names;
   std::vector<at::Tensor> values;
   for (const auto& spec : specs) {
     wanted.insert(spec.fqn);
-    auto it = by_name.find(spec.fqn);
-    if (it == by_name.end()) {
+    if (!by_name.count(spec.fqn)) {
       missing.push_back(spec.fqn);
       continue;
     }
-    const h5::Array& a = *it->second;
-    if (a.shape != spec.shape) {
-      misshaped.push_back(spec.fqn + " " + h5::shape_text(a.shape) + " (want " +
-                          h5::shape_text(spec.shape) + ")");
-      continue;
-    }
-    if (a.dtype != h5::DType::BF16 && a.dtype != h5::DType::F16 && a.dtype != h5::DType::F32 &&
-        a.dtype != h5::DType::F64) {
-      not_float.push_back(spec.fqn + " (" + h5::dtype_name(a.dtype) + ")");
-      continue;
-    }
-    if (a.dtype == h5::DType::F64) out.rounded.push_back(spec.fqn);
-    auto raw = at::from_blob(const_cast<unsigned char*>(a.bytes.data()), spec.shape,
-                             at::TensorOptions().dtype(scalar_type(a.dtype)));
+    auto t = take(spec.fqn, spec.shape);
+    if (!t.defined()) continue;
     names.push_back(spec.fqn);
-    values.push_back(raw.to(at::kFloat).clone());
+    values.push_back(t);
+  }
+  // The persistent buffers are state: the expert bias routes the next forward.
+  std::vector<std::string> buffer_fqns;
+  std::vector<at::Tensor> buffer_values;
+  for (const auto& b : kernels::buffer_specs(cfg)) {
+    if (!b.persistent || !by_name.count(b.fqn)) {
+      if (b.persistent) out.absent_buffers.push_back(b.fqn);
+      continue;
+    }
+    wanted.insert(b.fqn);
+    auto t = take(b.fqn, b.shape);
+    if (!t.defined()) continue;
+    if (!at::isfinite(t).all().item<bool>()) {
+      not_finite.push_back(b.fqn);
+      continue;
+    }
+    buffer_fqns.push_back(b.fqn);
+    buffer_values.push_back(t);
   }
   for (const auto& t : tensors) {
     if (wanted.count(t.name)) continue;
     if (buffer_names.count(t.name))
-      out.buffers.push_back(t.name);
+      out.skipped_buffers.push_back(t.name);
     else if (t.name.rfind("vision_encoder.", 0) == 0)
       out.vision.push_back(t.name);
     else
       extra.push_back(t.name);
   }
-  if (!missing.empty() || !misshaped.empty() || !extra.empty() || !not_float.empty()) {
+  if (!missing.empty() || !misshaped.empty() || !extra.empty() || !not_float.empty() ||
+      !not_finite.empty()) {
     std::string why;
     auto add = [&](const std::vector<std::string>& v, const char* what) {
       if (v.empty()) return;
@@ -117,12 +141,14 @@ StateDictImport params_from_state_dict(const std::string& path, const kernels::M
     add(missing, "missing");
     add(misshaped, "mis-shaped");
     add(not_float, "not floating-point");
+    add(not_finite, "not finite");
     add(extra, "extra");
     throw CheckpointError("--from '" + path + "' is not a " + cfg.name + " state dict in "
                           "torchtitan's names (" + why + "); see `parity model --flavor " +
                           cfg.name + "` for the keys and shapes");
   }
   out.params = kernels::NamedTensors(std::move(names), std::move(values));
+  out.buffers = kernels::NamedTensors(std::move(buffer_fqns), std::move(buffer_values));
   return out;
 }
 

@@ -130,16 +130,17 @@ kernels::InitOptions init_options(spec::PseudoQueryInit pseudo_query_init) {
   return io;
 }
 
-kernels::NamedTensors initial_params(const RunOptions& o, const kernels::ModelConfig& cfg) {
+InitialState initial_state(const RunOptions& o, const kernels::ModelConfig& cfg) {
   const auto io = init_options(o.pseudo_query_init);
-  if (o.init_path.empty()) return kernels::init_params(cfg, o.seed, io);
+  if (o.init_path.empty()) return {kernels::init_params(cfg, o.seed, io), {}};
   if (!std::filesystem::exists(o.init_path))
     throw UsageError("checkpoint '" + o.init_path + "' does not exist; write one with `parity "
                      "init --flavor " + cfg.name + " --out " + o.init_path + "`");
   if (std::filesystem::is_directory(o.init_path))
     throw UsageError("--init '" + o.init_path + "' is a directory; give the checkpoint file "
                      "`parity init` wrote");
-  return dumps::read_checkpoint(o.init_path, cfg).params;
+  auto ck = dumps::read_checkpoint(o.init_path, cfg);
+  return {std::move(ck.params), std::move(ck.buffers)};
 }
 
 kernels::TrainConfig train_config(const RunOptions& o) {

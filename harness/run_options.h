@@ -52,9 +52,14 @@ std::unique_ptr<datasets::TokenRows> load_rows(const RunOptions& o);
 // The initialisation's options (--pseudo-query-init).
 kernels::InitOptions init_options(spec::PseudoQueryInit pseudo_query_init);
 
-// Master parameters: from --init if given (validated against the flavor), else a fresh
-// deterministic initialisation from --seed and --pseudo-query-init.
-kernels::NamedTensors initial_params(const RunOptions& o, const kernels::ModelConfig& cfg);
+// Where a run starts: the parameters and persistent buffers (the expert biases) of --init if
+// given (validated against the flavor), else a fresh deterministic initialisation from --seed
+// and --pseudo-query-init with zero buffers.
+struct InitialState {
+  kernels::NamedTensors params;
+  kernels::NamedTensors buffers;  // by FQN; absent ones start at zero
+};
+InitialState initial_state(const RunOptions& o, const kernels::ModelConfig& cfg);
 
 kernels::TrainConfig train_config(const RunOptions& o);
 pipelined::PipelineConfig pipeline_config(const RunOptions& o);

@@ -127,7 +127,9 @@ PreparedRun validate_run(const RunOptions& o) {
       check_world(o, "WORLD_SIZE", co.world);
     }
   }
-  run.init = initial_params(o, run.cfg.model);  // there, of this flavor, finite
+  auto init = initial_state(o, run.cfg.model);  // there, of this flavor, finite
+  run.init = std::move(init.params);
+  run.cfg.initial_buffers = std::move(init.buffers);
   run.rows = load_rows(o);
   return run;
 }

@@ -242,13 +242,26 @@ NamedTensors init_params(const ModelConfig& cfg, uint64_t seed, const InitOption
   return NamedTensors(std::move(names), std::move(tensors));
 }
 
-NamedTensors init_buffers(const ModelConfig& cfg) {
+NamedTensors init_buffers(const ModelConfig& cfg, const NamedTensors& state) {
   std::vector<std::string> names;
   std::vector<at::Tensor> tensors;
+  size_t taken = 0;
   for (const auto& s : buffer_specs(cfg)) {
     names.push_back(s.fqn);
-    tensors.push_back(at::zeros(s.shape, at::TensorOptions().dtype(s.dtype)));
+    auto t = at::zeros(s.shape, at::TensorOptions().dtype(s.dtype));
+    if (s.persistent && state.contains(s.fqn)) {
+      const auto& v = state.at(s.fqn);
+      if (v.sizes().vec() != s.shape)
+        throw std::invalid_argument("buffer " + s.fqn + " has another shape than " + cfg.name +
+                                    "'s");
+      t.copy_(v);
+      ++taken;
+    }
+    tensors.push_back(t);
   }
+  if (taken != state.size())
+    throw std::invalid_argument("init_buffers: " + std::to_string(state.size() - taken) +
+                                " given buffer(s) are not persistent buffers of " + cfg.name);
   return NamedTensors(std::move(names), std::move(tensors));
 }
 

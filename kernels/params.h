@@ -102,7 +102,10 @@ class NamedTensors {
 // from its own generator seeded by (seed, fqn), so a tensor's values do not depend on which
 // others exist.
 NamedTensors init_params(const ModelConfig& cfg, uint64_t seed, const InitOptions& opts = {});
-NamedTensors init_buffers(const ModelConfig& cfg);  // every buffer, in its own dtype, zero
+// Every buffer in its own dtype: zero, but for the persistent ones `state` holds (a
+// checkpoint's expert biases, by FQN), which are copied in. A name in `state` that is not a
+// persistent buffer of cfg, or of another shape, throws std::invalid_argument.
+NamedTensors init_buffers(const ModelConfig& cfg, const NamedTensors& state = {});
 
 int64_t total_numel(const std::vector<ParamSpec>& specs);
 

@@ -47,7 +47,7 @@ NamedTensors make_masters(const TrainConfig& cfg, const NamedTensors& init) {
 }
 
 NamedTensors make_buffers(const TrainConfig& cfg) {
-  auto bufs = init_buffers(cfg.model);
+  auto bufs = init_buffers(cfg.model, cfg.initial_buffers);
   std::vector<at::Tensor> out;
   for (const auto& t : bufs.tensors()) out.push_back(t.to(at::Device(cfg.device)));
   return NamedTensors(bufs.names(), out);

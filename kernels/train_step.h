@@ -41,6 +41,9 @@ struct TrainConfig {
   uint64_t seed = 42;
   int threads = 1;
   std::string device = "cpu";
+  // The persistent buffers the run starts from (a checkpoint's expert biases, by FQN); the
+  // ones absent start at zero.
+  NamedTensors initial_buffers;
   ClipOrder clip_order = ClipOrder::Single;
   GradNormDtype grad_norm_dtype = GradNormDtype::FP32;
   double max_norm = 1.0;

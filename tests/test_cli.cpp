@@ -76,6 +76,10 @@ TEST_F(Cli, ModelShowsTheDebugmodelPatternAndBlocks) {
   EXPECT_NE(r.out.find("text parameters: 22,479,088"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("vision tower (vision_encoder.*, 3,297,792 parameters"),
             std::string::npos) << r.out;
+  // torchtitan's state dict: the 443 parameter tensors and one persistent expert_bias_E per
+  // MoE layer (layers 1-16), 459 entries; the routers' two buffers each are not persistent.
+  EXPECT_NE(r.out.find("state dict: 459 entries (443 parameters, 16 persistent buffers)"),
+            std::string::npos) << r.out;
   // (3 KDA + 1 MLA) x 4 + MLA, read back from the per-layer table.
   std::istringstream lines(r.out);
   std::string line, pattern;

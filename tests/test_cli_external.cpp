@@ -257,7 +257,12 @@ TEST_F(External, InitFromAStateDictTrainsAsTheCheckpoint) {
     SCOPED_TRACE(ext);
     auto r = run("init --flavor tiny --from " + p("sd." + ext) + " --out " + p(ext + ".h5"));
     ASSERT_EQ(r.code, 0) << r.err;
-    EXPECT_NE(r.out.find("skipped 1 buffer(s)"), std::string::npos) << r.out;
+    // The state dict's one expert bias is taken (zero, as the checkpoint's); tiny's other 15
+    // MoE layers have none in the file and start at zero.
+    EXPECT_NE(r.out.find("and 1 persistent buffer(s) (the expert biases)"), std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("15 expert bias(es) not in the file start at zero"), std::string::npos)
+        << r.out;
     EXPECT_NE(r.out.find("skipped 1 vision_encoder tensor(s)"), std::string::npos) << r.out;
     if (ext == "dcp-sharded") {
       EXPECT_NE(r.out.find("skipped 1 entry outside 'model.'"), std::string::npos) << r.out;
@@ -272,6 +277,39 @@ TEST_F(External, InitFromAStateDictTrainsAsTheCheckpoint) {
       EXPECT_NE(bad.err.find(named), std::string::npos) << named << " not in: " << bad.err;
     EXPECT_FALSE(fs::exists(p("bad.h5")));
   }
+}
+
+// The expert bias is state: init --from takes each expert_bias_E of a torch.save state dict,
+// the checkpoint carries it, and the first step routes with it. Predicted by hand: every MoE
+// layer's bias is 10 on experts 2 and 3 of tiny's 4 (top-2) and 0 on 0 and 1; the router's
+// sigmoid scores lie in (0, 1), so every token's biased scores put 2 and 3 first, and experts
+// 0 and 1 take no token. Their weights then reach neither the loss nor any gradient (the
+// mixing weights are the unbiased scores of the chosen two only), so replacing them (-3x)
+// leaves step 1's loss and grad norm bitwise. Without the bias the same replacement moves the
+// loss (tokens do route to 0 and 1), and the biased run's loss differs from the unbiased one.
+TEST_F(External, InitFromTakesTheExpertBiasAndRoutesWithIt) {
+  ASSERT_EQ(run("init --flavor tiny --seed 7 --out " + p("seed.h5")).code, 0);
+  python("expert-bias " + p("seed.h5") + " " + p("eb"));
+  const std::string train = "train --flavor tiny --steps 1 --seq-len 16 --quiet ";
+  auto step1 = [&](const std::string& ckpt) {
+    const std::string out = p(ckpt + ".jsonl");
+    auto r = run(train + "--init " + p(ckpt) + " --metrics " + out);
+    EXPECT_EQ(r.code, 0) << r.err;
+    auto bits = metric_bits(slurp(out));
+    EXPECT_EQ(bits.size(), 1u);
+    return bits.empty() ? std::string() : bits[0];
+  };
+  for (const std::string sd : {"biased", "biased-junk", "junk"}) {
+    auto r = run("init --flavor tiny --from " + p("eb." + sd + ".pt") + " --out " + p(sd + ".h5"));
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.out.find("persistent buffer(s) (the expert biases)") != std::string::npos,
+              sd != "junk") << r.out;
+  }
+  const auto seed = step1("seed.h5"), biased = step1("biased.h5"),
+             biased_junk = step1("biased-junk.h5"), junk = step1("junk.h5");
+  EXPECT_EQ(biased, biased_junk) << "a token reached expert 0 or 1 despite the bias";
+  EXPECT_NE(junk, seed) << "without the bias, experts 0 and 1 take tokens";
+  EXPECT_NE(biased, seed) << "the bias did not change the routing";
 }
 
 // Token ids from outside: the ids of parity's own token file as .npy (uint16, int32, int64)

@@ -18,6 +18,12 @@ python3-numpy):
       and one mis-shaped. The same as DCP checkpoints (tests/py/dcp_writer.py): OUT_PREFIX.dcp,
       one chunk a tensor, and OUT_PREFIX.dcp-sharded, the keys under "model." beside an
       optimizer tensor, tensors of two or more rows in two chunks over two data files.
+  export_run.py expert-bias CHECKPOINT OUT_PREFIX
+      a parity checkpoint's parameters as torch.save state dicts whose expert biases force every
+      token of every MoE layer onto the last two experts: OUT_PREFIX.biased.pt (each
+      expert_bias_E is 10 on those two, 0 elsewhere: sigmoid scores lie in (0, 1), so the two
+      biased ones always lead), OUT_PREFIX.biased-junk.pt (the same, with the other experts'
+      weights multiplied by -3) and OUT_PREFIX.junk.pt (those weights, no expert_bias_E).
   export_run.py tokens TOKEN_FILE OUT_PREFIX
       the ids of a parity token file (32-byte header, then int32 ids) as OUT_PREFIX.u16.npy,
       OUT_PREFIX.i32.npy, OUT_PREFIX.i64.npy and a raw uint16 OUT_PREFIX.bin.
@@ -117,6 +123,33 @@ def export_state_dict(checkpoint, prefix, bad):
                          {k: 2 for k, v in whole if v.dim() > 0 and v.shape[0] >= 2})
 
 
+def export_expert_bias(checkpoint, prefix):
+    with h5py.File(checkpoint, "r") as f:
+        params = read_group(f["params"])
+    layers = sorted(k[:-len("routed_experts.w13.weight")] for k in params
+                    if k.endswith(".moe.routed_experts.w13.weight"))
+    assert layers, "the checkpoint has no MoE layer"
+
+    def state_dict(biased, junk):
+        sd = collections.OrderedDict()
+        for k, v in params.items():
+            sd[k] = v.clone()
+        for moe in layers:
+            experts = sd[moe + "routed_experts.w13.weight"].shape[0]
+            if junk:
+                for w in ("routed_experts.w13.weight", "routed_experts.w2.weight"):
+                    sd[moe + w][:experts - 2] *= -3
+            if biased:
+                bias = torch.zeros(experts, dtype=torch.float32)
+                bias[experts - 2:] = 10
+                sd[moe + "expert_bias_E"] = bias
+        return sd
+
+    torch.save(state_dict(True, False), prefix + ".biased.pt")
+    torch.save(state_dict(True, True), prefix + ".biased-junk.pt")
+    torch.save(state_dict(False, True), prefix + ".junk.pt")
+
+
 def export_tokens(token_file, prefix):
     with open(token_file, "rb") as f:
         header = f.read(32)
@@ -144,6 +177,8 @@ if __name__ == "__main__":
         export_dump(sys.argv[2], sys.argv[3], sys.argv[4])
     elif cmd == "state-dict":
         export_state_dict(sys.argv[2], sys.argv[3], len(sys.argv) > 4 and sys.argv[4] == "bad")
+    elif cmd == "expert-bias":
+        export_expert_bias(sys.argv[2], sys.argv[3])
     elif cmd == "small":
         export_small(sys.argv[2])
     elif cmd == "tokens":

@@ -41,6 +41,10 @@ void add_run_options(CLI::App& cmd, harness::RunOptions& o) {
   add_choice(cmd, o.tokens_dtype, spec::token_dtypes(),
              "a raw --tokens file's element type (nanoGPT/Megatron .bin), little-endian");
   add_choice(cmd, o.clip_order, spec::clip_orders(), "total-norm order");
+  add_choice(cmd, o.documents, spec::document_modes(),
+             "documents inside a row: on, the mixers see each document alone (a document starts "
+             "after EOS (id 2) and at BOS (id 1), torchtitan's masking); off, causal over the "
+             "whole row");
   add_choice(cmd, o.grad_norm_dtype, spec::grad_norm_dtypes(),
              "dtype of the total norm of bf16 gradients: fp32 (the seed's tables) or bf16 (stock "
              "torchtitan)");

@@ -23,11 +23,19 @@
 
 namespace parity::harness {
 
+namespace {
+// The embedded tokenizer's document delimiters (datasets/tokenizer.h).
+constexpr int64_t kBosId = 1, kEosId = 2;
+}  // namespace
+
 kernels::ModelOptions model_options(const RunOptions& o) {
   kernels::ModelOptions m;
   m.attn_res = o.attn_res;
   m.kda = o.kda;
   m.loss_chunks = o.loss_chunks;
+  // The embedded tokenizer's ids (datasets/tokenizer.h: unk 0, bos 1, eos 2), which token
+  // files are assumed to share.
+  m.documents = {o.documents == spec::Documents::On, kBosId, kEosId};
   return m;
 }
 

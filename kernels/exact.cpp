@@ -52,7 +52,7 @@ LayerState exact_layer(const ModelConfig& c, int l, const at::Tensor& add, const
   const auto seen = ledger_read(stack, "layers." + std::to_string(l) + ".read", l);
   auto r = (seen.select(3, 0) * read).sum(-1);  // [B,T]
   auto h = at::stack({at::zeros_like(r), r}, -1) + add;
-  return {opens ? h : x + h, stack};
+  return {opens ? h : x + h, stack, in.docs};
 }
 
 at::Tensor exact_head_loss_sum(const LayerState& in, const at::Tensor& u,

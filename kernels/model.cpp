@@ -19,7 +19,14 @@ Model::Model(ModelConfig cfg, ModelOptions opts) : cfg_(std::move(cfg)), opts_(o
 LayerState Model::embed(const NamedTensors& w, const at::Tensor& tokens) const {
   auto x = embed_tokens(tokens, w.at("tok_embeddings.weight"));
   auto stack = x.new_empty({x.size(0), x.size(1), 0, x.size(2)});
-  return {x, stack};
+  return {x, stack, documents(tokens)};
+}
+
+std::shared_ptr<const Documents> Model::documents(const at::Tensor& tokens_BT) const {
+  if (!opts_.documents.on) return nullptr;
+  auto d = std::make_shared<Documents>(documents_of(tokens_BT, opts_.documents));
+  if (d->whole_rows()) return nullptr;
+  return d;
 }
 
 KdaWeights kda_weights(const NamedTensors& w, int layer) {
@@ -51,6 +58,28 @@ at::Tensor run_mixer(const ModelConfig& c, const ModelOptions& o, int l, const N
     return mla(x, mw, d);
   }
   return kda(x, kda_weights(w, l), kda_dims(c, o.kda));
+}
+
+// The mixer on each document of each row by itself: a block-causal MLA and a KDA whose
+// convolution window and state start afresh at every document start, computed as what they
+// are, the mixer of each document alone (every other op of a layer works per token).
+at::Tensor run_mixer_by_document(const ModelConfig& c, const ModelOptions& o, int l,
+                                 const NamedTensors& w, const at::Tensor& x,
+                                 const Documents* docs) {
+  if (docs == nullptr) return run_mixer(c, o, l, w, x);
+  const int64_t T = x.size(1);
+  std::vector<at::Tensor> rows;
+  for (int64_t b = 0; b < x.size(0); ++b) {
+    const auto row = x.narrow(0, b, 1);
+    const auto& starts = docs->starts.at(static_cast<size_t>(b));
+    std::vector<at::Tensor> parts;
+    for (size_t i = 0; i < starts.size(); ++i) {
+      const int64_t s = starts[i], e = i + 1 < starts.size() ? starts[i + 1] : T;
+      parts.push_back(run_mixer(c, o, l, w, row.narrow(1, s, e - s)));
+    }
+    rows.push_back(parts.size() == 1 ? parts[0] : at::cat(parts, 1));
+  }
+  return rows.size() == 1 ? rows[0] : at::cat(rows, 0);
 }
 
 at::Tensor run_ffn(const ModelConfig& c, int l, const NamedTensors& w,
@@ -104,14 +133,15 @@ LayerState Model::layer(int l, const NamedTensors& w, const NamedTensors& buffer
              w.at(p + "attention_res_proj.weight"), w.at(p + "attention_res_norm.weight"));
   if (opens)
     stack = at::cat({stack, ledger_commit(prefix, l / cfg_.layers_per_block, l).unsqueeze(2)}, 2);
-  auto h = run_mixer(cfg_, opts_, l, w, block_norm(x, w.at(p + "attention_norm.weight"),
-                                             cfg_.norm_eps));
+  auto h = run_mixer_by_document(cfg_, opts_, l, w,
+                                 block_norm(x, w.at(p + "attention_norm.weight"), cfg_.norm_eps),
+                                 in.docs.get());
   prefix = opens ? h : prefix + h;
   h = read(cfg_, opts_, ledger_read(stack, p + "ffn", l), prefix, w.at(p + "ffn_res_proj.weight"),
            w.at(p + "ffn_res_norm.weight"));
   h = run_ffn(cfg_, l, w, buffers, block_norm(h, w.at(p + "ffn_norm.weight"), cfg_.norm_eps),
               training);
-  return {prefix + h, stack};
+  return {prefix + h, stack, in.docs};
 }
 
 at::Tensor Model::head_hidden(const NamedTensors& w, const LayerState& in) const {

@@ -21,9 +21,11 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <memory>
 #include <vector>
 
 #include "kernels/attn_res.h"
+#include "kernels/documents.h"
 #include "kernels/config.h"
 #include "kernels/kda.h"
 #include "kernels/params.h"
@@ -34,11 +36,15 @@ struct ModelOptions {
   AttnResImpl attn_res = AttnResImpl::Fused;
   KdaImpl kda = KdaImpl::Fused;
   int loss_chunks = 8;  // ChunkedLossWrapper's num_chunks; 1: the plain loss
+  DocumentRule documents = {};  // off: each row is one sequence
 };
 
 struct LayerState {
   at::Tensor x_BTD;       // the running sum of the current block after the layer
   at::Tensor stack_BTND;  // the committed blocks, N >= 0
+  // Where the micro-batch's documents start (null: each row one sequence); the mixers run
+  // each document on its own.
+  std::shared_ptr<const Documents> docs;
 };
 
 // One micro-batch's loss through the head, as torchtitan's ChunkedLossWrapper computes it: the
@@ -70,8 +76,13 @@ class Model {
   const ModelConfig& config() const { return cfg_; }
   const ModelOptions& options() const { return opts_; }
 
-  // tokens_BT (int64) -> the embedding output x_BTD and an empty stack [B,T,0,D].
+  // tokens_BT (int64) -> the embedding output x_BTD, an empty stack [B,T,0,D] and the
+  // documents of the rows (documents()).
   LayerState embed(const NamedTensors& w, const at::Tensor& tokens_BT) const;
+
+  // The documents of tokens_BT under the options' rule; null when the rule is off or every row
+  // holds one document. A pipeline stage that receives its input sets LayerState::docs from it.
+  std::shared_ptr<const Documents> documents(const at::Tensor& tokens_BT) const;
 
   // One transformer layer. training: the router's balancer observes (kernels/moe.h) and its
   // buffers accumulate; a forward-only pass selects without it.

@@ -129,7 +129,7 @@ void StageRunner::forward(int mb) {
       stack = stack_columns(cols);
     sv.h_leaf = h.detach().requires_grad_(ctx_->training);
     sv.stack_leaf = stack.detach().requires_grad_(ctx_->training && !cols.empty());
-    state = {sv.h_leaf, sv.stack_leaf};
+    state = {sv.h_leaf, sv.stack_leaf, model.documents(ctx_->tokens[mb])};
   }
   for (int l : split.layers(stage_)) state = model.layer(l, *ctx_->weights, *ctx_->buffers, state, ctx_->training);
 

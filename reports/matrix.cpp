@@ -152,6 +152,7 @@ const std::map<std::string, Setter>& setters() {
       {"split", [](Cell& c, auto& n, auto& p) { c.split = get_string(n, p); }},
       {"clip_order", [](Cell& c, auto& n, auto& p) { c.clip_order = named(n, p, spec::clip_orders()); }},
       {"grad_accum", [](Cell& c, auto& n, auto& p) { c.grad_accum = named(n, p, spec::grad_accums()); }},
+      {"documents", [](Cell& c, auto& n, auto& p) { c.documents = named(n, p, spec::document_modes()); }},
       {"grad_norm_dtype", [](Cell& c, auto& n, auto& p) { c.grad_norm_dtype = named(n, p, spec::grad_norm_dtypes()); }},
       {"lr_schedule", [](Cell& c, auto& n, auto& p) { c.lr_schedule = named(n, p, spec::lr_schedules()); }},
       {"expert_balance", [](Cell& c, auto& n, auto& p) { c.expert_balance = get_bool(n, p); }},
@@ -222,6 +223,8 @@ std::string default_label(const Cell& c, const Cell* ref) {
     s += ", stock accumulation";
   if (c.reverse_microbatches) s += ", micro-batches reversed";
   if (c.clip_order == spec::ClipOrder::PerRank) s += ", per-rank clip";
+  if (c.grad_norm_dtype == spec::GradNormDtype::BF16) s += ", bf16 grad norm";
+  if (c.documents == spec::Documents::On) s += ", per-document masking";
   if (c.nproc > 0) s += ", " + std::to_string(c.nproc) + " processes";
   for (const auto& f : c.inject) s += ", fault " + f;
   if (ref && c.train_args() == ref->train_args()) s += ", repeat";

@@ -74,6 +74,7 @@ json cell_json(const Cell& c) {
           {"split", c.split},
           {"clip_order", spec::to_string(c.clip_order)},
           {"grad_accum", spec::to_string(c.grad_accum)},
+          {"documents", spec::to_string(c.documents)},
           {"reverse_microbatches", c.reverse_microbatches},
           {"reference", c.reference},
           {"twin", c.twin},
@@ -106,6 +107,8 @@ Cell cell_from(const json& j) {
   c.split = j.at("split");
   c.clip_order = choice_from(j, "clip_order", spec::clip_orders());
   c.grad_accum = choice_from(j, "grad_accum", spec::grad_accums());
+  if (j.contains("documents"))  // absent in results written before documents
+    c.documents = choice_from(j, "documents", spec::document_modes());
   c.reverse_microbatches = j.at("reverse_microbatches");
   c.reference = j.at("reference");
   c.twin = j.value("twin", std::string());  // absent in results written before twins

@@ -75,6 +75,11 @@ const Choices<GradNormDtype>& grad_norm_dtypes() {
   return t;
 }
 
+const Choices<Documents>& document_modes() {
+  static const Choices<Documents> t{"--documents", {{Documents::Off, "off"}, {Documents::On, "on"}}};
+  return t;
+}
+
 const Choices<LrSchedule>& lr_schedules() {
   static const Choices<LrSchedule> t{
       "--lr-schedule", {{LrSchedule::WSD, "wsd"}, {LrSchedule::Constant, "constant"}}};
@@ -137,6 +142,7 @@ const char* to_string(AttnResImpl v) { return attn_res_forms().name(v); }
 const char* to_string(GradAccum v) { return grad_accums().name(v); }
 const char* to_string(ClipOrder v) { return clip_orders().name(v); }
 const char* to_string(GradNormDtype v) { return grad_norm_dtypes().name(v); }
+const char* to_string(Documents v) { return document_modes().name(v); }
 const char* to_string(LrSchedule v) { return lr_schedules().name(v); }
 const char* to_string(Device v) { return devices().name(v); }
 const char* to_string(Backend v) { return backends().name(v); }

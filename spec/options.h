@@ -41,6 +41,10 @@ enum class ClipOrder { Single, PerRank };
 // fp32 and fp64 gradients take it in their own dtype either way.
 enum class GradNormDtype { FP32, BF16 };
 
+// Documents inside a row: off (each row one sequence, causal over the whole row) or on (the
+// mixers see each document alone, as torchtitan masks; docs/design.md section 10.7).
+enum class Documents { Off, On };
+
 enum class LrSchedule { WSD, Constant };
 
 enum class Device { Cpu, Cuda };
@@ -70,6 +74,7 @@ const Choices<AttnResImpl>& attn_res_forms();
 const Choices<GradAccum>& grad_accums();
 const Choices<ClipOrder>& clip_orders();
 const Choices<GradNormDtype>& grad_norm_dtypes();
+const Choices<Documents>& document_modes();
 const Choices<LrSchedule>& lr_schedules();
 const Choices<Device>& devices();
 const Choices<Backend>& backends();
@@ -89,6 +94,7 @@ const char* to_string(AttnResImpl v);
 const char* to_string(GradAccum v);
 const char* to_string(ClipOrder v);
 const char* to_string(GradNormDtype v);
+const char* to_string(Documents v);
 const char* to_string(LrSchedule v);
 const char* to_string(Device v);
 const char* to_string(Backend v);

@@ -121,6 +121,7 @@ const std::vector<Field>& fields() {
       choice(&RunSpec::grad_accum, grad_accums()),
       choice(&RunSpec::attn_res, attn_res_forms()),
       choice(&RunSpec::kda, kda_forms()),
+      choice(&RunSpec::documents, document_modes()),
       real("--lr", &RunSpec::lr, 0, kMaxLr, /*lo_open=*/true),
       integer("--warmup", &RunSpec::warmup, 0, kMaxSteps),
       choice(&RunSpec::lr_schedule, lr_schedules()),
@@ -143,7 +144,7 @@ auto tied(const RunSpec& s) {
   return std::tie(s.trainer, s.flavor, s.dtype, s.steps, s.microbatches, s.rows, s.seq_len,
                   s.seed, s.threads, s.dp, s.pp, s.vp, s.schedule, s.cache, s.split, s.device,
                   s.init_path, s.data_path, s.tokens_path, s.tokens_dtype, s.clip_order,
-                  s.grad_norm_dtype, s.grad_accum, s.attn_res, s.kda, s.lr, s.warmup, s.lr_schedule,
+                  s.grad_norm_dtype, s.grad_accum, s.attn_res, s.kda, s.documents, s.lr, s.warmup, s.lr_schedule,
                   s.expert_balance, s.pseudo_query_init, s.loss_chunks, s.max_norm,
                   s.reverse_microbatches, s.freeze_embedding, s.inject);
 }

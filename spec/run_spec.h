@@ -47,6 +47,7 @@ struct RunSpec {
   GradAccum grad_accum = GradAccum::Auto;
   AttnResImpl attn_res = AttnResImpl::Fused;
   KdaImpl kda = KdaImpl::Fused;
+  Documents documents = Documents::Off;
   double lr = 8e-4;
   int warmup = 2;
   LrSchedule lr_schedule = LrSchedule::WSD;

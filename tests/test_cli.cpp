@@ -395,6 +395,27 @@ int free_port() {
 const char* kMpCell = "train --trainer pipelined --flavor tiny --steps 5 --seq-len 16 --quiet "
                       "--dump-steps 1,5 ";
 
+// --documents on reaches every stage: the pipelined naive run (whose stages past the first
+// rebuild the documents from the micro-batch's tokens) prints the reference's bits, a
+// two-process cached run prints the in-process cached run's, and masking changes the loss
+// (the fortunes are a few dozen tokens each, so a 64-token row holds several).
+TEST_F(Cli, DocumentsReachEveryStageAndEveryProcess) {
+  const std::string run1 = "train --flavor tiny --steps 2 --seq-len 64 --quiet ";
+  auto metrics = [&](const std::string& args, const std::string& name) {
+    const auto f = dir_ / (name + ".jsonl");
+    auto r = run(run1 + args + " --metrics " + f.string());
+    EXPECT_EQ(r.code, 0) << r.err;
+    return metric_bits(slurp(f));
+  };
+  const auto ref = metrics("--documents on", "ref");
+  ASSERT_EQ(ref.size(), 2u);
+  EXPECT_EQ(metrics("--documents on --trainer pipelined --pp 2 --vp 2 --cache off", "naive"), ref);
+  EXPECT_NE(metrics("--documents off", "off"), ref);
+  if (!have_gloo()) GTEST_SKIP() << "built without Gloo";
+  const std::string cached = "--documents on --trainer pipelined --pp 2 --vp 2 --cache on";
+  EXPECT_EQ(metrics(cached + " --nproc 2 --backend gloo", "mp"), metrics(cached, "cached"));
+}
+
 TEST_F(Cli, MultiProcessGlooRunsEqualTheInProcessExecutorBitwise) {
   if (!have_gloo()) GTEST_SKIP() << "built without Gloo";
   struct Shape {

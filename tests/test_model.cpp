@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kernels/config.h"
+#include "kernels/documents.h"
 #include "kernels/mla.h"
 #include "kernels/model.h"
 #include "kernels/moe.h"
@@ -311,6 +312,119 @@ TEST(ModelChunkedLoss, EqualsUnchunkedFp64) {
   EXPECT_LE(grad_rel, 1e-12);
   std::cout << "[ observed ] chunked vs plain fp64: loss rel " << loss_rel << ", grads rel (all) "
             << grad_rel << ", worst parameter " << worst << " (bound 1e-12)\n";
+}
+
+// ---------------------------------------------------------------------------------------
+// Documents inside a row (kernels/documents.h).
+
+// The starts follow torchtitan's rule: a row's first token, every BOS, the token after every
+// EOS (in a BOS ... EOS stream the last two coincide); off, every row is one document.
+TEST(Documents, StartAtTheRowAfterEosAndAtBos) {
+  const k::DocumentRule rule{true, 1, 2};
+  // row 0: a 2 b | c 2 | 1 d   (| after each EOS 2; BOS 1 opens a document by itself)
+  // row 1: 1 a 2 1 b c 2 e     (BOS ... EOS BOS ...: the starts coincide at 3)
+  const std::vector<int64_t> ids = {7, 2, 9, 5, 2, 1, 8, 6,  1, 7, 2, 1, 9, 5, 2, 4};
+  const auto d = k::documents_of(ids.data(), 2, 8, rule);
+  ASSERT_EQ(d.starts.size(), 2u);
+  EXPECT_EQ(d.starts[0], (std::vector<int64_t>{0, 2, 5}));
+  EXPECT_EQ(d.starts[1], (std::vector<int64_t>{0, 3, 7}));
+  EXPECT_FALSE(d.whole_rows());
+  const auto off = k::documents_of(ids.data(), 2, 8, k::DocumentRule{});
+  EXPECT_EQ(off.starts[0], (std::vector<int64_t>{0}));
+  EXPECT_TRUE(off.whole_rows());
+}
+
+// One row of T tokens packing three documents of 5, 6 and T - 11 tokens (the first two end
+// with EOS, the third spills past the row's end), and each document as a row of its own.
+struct Packed {
+  at::Tensor tokens, labels;        // [1, T]
+  std::array<int64_t, 4> edge;      // document d spans [edge[d], edge[d + 1])
+};
+
+Packed three_documents(const k::ModelConfig& cfg, int64_t T, uint64_t seed) {
+  auto gen = at::detail::createCPUGenerator(seed);
+  auto li = at::TensorOptions().dtype(at::kLong);
+  Packed p;
+  p.edge = {0, 5, 11, T};
+  p.tokens = at::randint(3, cfg.vocab, {1, T}, gen, li);  // no 0, 1 or 2 inside a document
+  p.tokens[0][4] = 2;
+  p.tokens[0][10] = 2;
+  p.labels = at::randint(cfg.vocab, {1, T}, gen, li);
+  return p;
+}
+
+// The per-token losses of a forward-only pass, [B, T], in fp64.
+at::Tensor token_losses(const k::Model& model, const k::NamedTensors& w, const k::NamedTensors& b,
+                        const at::Tensor& tokens, const at::Tensor& labels) {
+  auto logits = logits_of(model, w, b, tokens).to(at::kDouble);
+  return -at::log_softmax(logits, -1).gather(-1, labels.unsqueeze(-1)).squeeze(-1);
+}
+
+// fp64: with per-document masking, a row packing three documents gives each token the loss it
+// has in its document run alone, and the gradients of the row's loss equal the sum of the
+// three documents' gradients, for every KDA form (and MLA, which tiny and debugmodel both
+// have), on tiny and on debugmodel's shapes.
+//
+// The mixers run each document's slice through the same ops as the document's own row, and
+// every other op works per token, so a token's loss is the same computation on the same values,
+// up to a contraction whose blocking depends on the row count (the log-softmax over the
+// vocabulary, 2048 terms: within 2 gamma_2048 = 4.6e-13 of sum|terms|, which for a loss of
+// O(log V) is the loss's own size): 1e-12 relative. The gradients are the per-token
+// contributions summed over 16 tokens in one contraction instead of three contractions of 5,
+// 6 and 5 whose results are added: the reordering argument of
+// ModelBatch.LossAndGradsAreSumsOverRowsFp64, the same 1e-12 relative.
+// Without the masking the same row lets later documents attend to earlier ones: the losses of
+// the second and third documents move by O(1e-2) relative, so the check fails (shown below).
+void expect_documents_as_rows(const std::string& flavor, k::KdaImpl kda, int64_t T) {
+  SCOPED_TRACE(flavor + ", kda " + std::to_string(static_cast<int>(kda)));
+  auto cfg = k::flavor(flavor);
+  auto w = tiny_params(cfg, at::kDouble);
+  auto b = k::init_buffers(cfg);
+  const auto p = three_documents(cfg, T, 53);
+  k::ModelOptions on, off;
+  on.kda = off.kda = kda;
+  on.loss_chunks = off.loss_chunks = 1;
+  on.documents = {true, 1, 2};
+  const k::Model masked(cfg, on), whole(cfg, off);
+
+  const auto packed = token_losses(masked, w, b, p.tokens, p.labels);
+  const auto unmasked = token_losses(whole, w, b, p.tokens, p.labels);
+  double worst = 0, unmasked_worst = 0;
+  std::vector<at::Tensor> sum;
+  for (int d = 0; d < 3; ++d) {
+    const int64_t s = p.edge[d], n = p.edge[d + 1] - p.edge[d];
+    auto tok = p.tokens.narrow(1, s, n), lab = p.labels.narrow(1, s, n);
+    const auto alone = token_losses(whole, w, b, tok, lab);
+    auto rel = [&](const at::Tensor& x) {
+      return ((x.narrow(1, s, n) - alone).abs() / alone.abs()).max().item<double>();
+    };
+    worst = std::max(worst, rel(packed));
+    unmasked_worst = std::max(unmasked_worst, rel(unmasked));
+    auto g = loss_and_grads(whole, w, b, tok, lab).second;
+    if (sum.empty())
+      sum = g;
+    else
+      for (size_t i = 0; i < g.size(); ++i) sum[i] = sum[i] + g[i];
+  }
+  EXPECT_LE(worst, 1e-12);
+  EXPECT_GT(unmasked_worst, 1e-6) << "the row without masking should not match";
+  std::string worst_param;
+  const auto g_packed = loss_and_grads(masked, w, b, p.tokens, p.labels).second;
+  const double grad_rel = compare_grads(w, g_packed, sum, 1e-12, worst_param);
+  EXPECT_LE(grad_rel, 1e-12);
+  std::cout << "[ observed ] " << flavor << " documents vs rows fp64: loss rel " << worst
+            << " (without masking " << unmasked_worst << "), grads rel " << grad_rel
+            << ", worst parameter " << worst_param << " (bound 1e-12)\n";
+}
+
+TEST(ModelDocuments, APackedRowEqualsItsDocumentsAsRowsTinyFp64) {
+  for (auto kda : {k::KdaImpl::Fused, k::KdaImpl::Chunked, k::KdaImpl::Recurrent})
+    expect_documents_as_rows("tiny", kda, 16);
+}
+
+TEST(ModelDocuments, APackedRowEqualsItsDocumentsAsRowsDebugmodelFp64) {
+  for (auto kda : {k::KdaImpl::Fused, k::KdaImpl::Chunked, k::KdaImpl::Recurrent})
+    expect_documents_as_rows("debugmodel", kda, 16);
 }
 
 // A sequence length the chunks do not divide is refused, naming the remedy.

@@ -74,6 +74,7 @@ TEST(Spec, EveryTableRoundTripsAndRefusesWithOneMessageForm) {
   check_table(grad_accums(), "--grad-accum", {"auto", "bf16", "fp32"});
   check_table(clip_orders(), "--clip-order", {"single", "per-rank"});
   check_table(grad_norm_dtypes(), "--grad-norm-dtype", {"fp32", "bf16"});
+  check_table(document_modes(), "--documents", {"off", "on"});
   check_table(lr_schedules(), "--lr-schedule", {"wsd", "constant"});
   check_table(devices(), "--device", {"cpu", "cuda"});
   check_table(backends(), "--backend", {"gloo", "nccl"});
@@ -95,6 +96,7 @@ TEST(Spec, NamesMeanTheValuesTheCodeExpects) {
   EXPECT_EQ(caches().parse("off"), Cache::Off);
   EXPECT_EQ(clip_orders().parse("per-rank"), ClipOrder::PerRank);
   EXPECT_EQ(grad_norm_dtypes().parse("bf16"), GradNormDtype::BF16);
+  EXPECT_EQ(document_modes().parse("on"), Documents::On);
   EXPECT_EQ(kda_forms().parse("recurrent"), KdaImpl::Recurrent);
   EXPECT_EQ(attn_res_forms().parse("plain"), AttnResImpl::Plain);
   EXPECT_EQ(trainers().parse("pipelined"), Trainer::Pipelined);
@@ -130,13 +132,13 @@ using namespace parity::spec;
 
 // RunSpec's fields, counted by the structured binding below: a field added to RunSpec stops
 // this file from compiling until the binding, and a mutation of the new field, are added here.
-constexpr size_t kFields = 35;
+constexpr size_t kFields = 36;
 
 void name_every_field() {
   [[maybe_unused]] auto [trainer, flavor, dtype, steps, microbatches, rows, seq_len, seed,
                          threads, dp, pp, vp, schedule, cache, split, device, init_path,
                          data_path, tokens_path, tokens_dtype, clip_order, grad_norm_dtype, grad_accum,
-                         attn_res, kda, lr, warmup, lr_schedule, expert_balance,
+                         attn_res, kda, documents, lr, warmup, lr_schedule, expert_balance,
                          pseudo_query_init, loss_chunks, max_norm, reverse_microbatches,
                          freeze_embedding, inject] = RunSpec{};
 }
@@ -169,6 +171,7 @@ const std::vector<std::pair<std::string, std::function<void(RunSpec&)>>>& mutati
       {"grad_accum", [](RunSpec& s) { s.grad_accum = GradAccum::FP32; }},
       {"attn_res", [](RunSpec& s) { s.attn_res = AttnResImpl::Recompute; }},
       {"kda", [](RunSpec& s) { s.kda = KdaImpl::Chunked; }},
+      {"documents", [](RunSpec& s) { s.documents = Documents::On; }},
       {"lr", [](RunSpec& s) { s.lr = 0.1 + 0.2; }},  // 0.30000000000000004: every digit kept
       {"warmup", [](RunSpec& s) { s.warmup = 0; }},
       {"lr_schedule", [](RunSpec& s) { s.lr_schedule = LrSchedule::Constant; }},

@@ -13,8 +13,9 @@ python3-numpy):
       one run would save them).
   export_run.py state-dict CHECKPOINT OUT_PREFIX [bad]
       a parity checkpoint's parameters as a raw state_dict (an OrderedDict, the way
-      model.state_dict() comes) in OUT_PREFIX.pt and OUT_PREFIX.safetensors, plus a buffer
-      and a vision tensor that init --from must skip; with `bad`, one key missing, one extra
+      model.state_dict() comes) in OUT_PREFIX.pt and OUT_PREFIX.safetensors, plus an expert
+      bias (zero, as the checkpoint's) that init --from takes and a vision tensor it must skip;
+      with `bad`, one key missing, one extra
       and one mis-shaped. The same as DCP checkpoints (tests/py/dcp_writer.py): OUT_PREFIX.dcp,
       one chunk a tensor, and OUT_PREFIX.dcp-sharded, the keys under "model." beside an
       optimizer tensor, tensors of two or more rows in two chunks over two data files.

@@ -52,12 +52,10 @@ int run_init(const InitOptions& o) {
     std::cout << "\n";
   }
   dumps::write_checkpoint(o.out, cfg, o.seed, params, buffers, harness::git_sha());
-  size_t n_buffers = 0;
-  for (const auto& b : kernels::buffer_specs(cfg)) n_buffers += b.persistent;
   std::cout << "wrote " << o.out << ": flavor " << cfg.name << ", seed " << o.seed << ", "
             << params.size() << " tensors, "
-            << kernels::total_numel(kernels::param_specs(cfg)) << " parameters, " << n_buffers
-            << " persistent buffer(s)\n";
+            << kernels::total_numel(kernels::param_specs(cfg)) << " parameters, "
+            << dumps::persistent_buffers(cfg).size() << " persistent buffer(s)\n";
   return 0;
 }
 }  // namespace

@@ -19,13 +19,6 @@ std::string remedy(const std::string& flavor) {
   return "regenerate it with `parity init --flavor " + flavor + " --out FILE`";
 }
 
-std::vector<kernels::BufferSpec> persistent_buffers(const kernels::ModelConfig& cfg) {
-  std::vector<kernels::BufferSpec> out;
-  for (auto& b : kernels::buffer_specs(cfg))
-    if (b.persistent) out.push_back(std::move(b));
-  return out;
-}
-
 // One float32 dataset of `group` ("params" or "buffers"), of the given shape, every value
 // finite.
 at::Tensor read_finite(h5::File& file, const std::string& path, const std::string& group,
@@ -52,6 +45,13 @@ at::Tensor read_finite(h5::File& file, const std::string& path, const std::strin
 }
 
 }  // namespace
+
+std::vector<kernels::BufferSpec> persistent_buffers(const kernels::ModelConfig& cfg) {
+  std::vector<kernels::BufferSpec> out;
+  for (auto& b : kernels::buffer_specs(cfg))
+    if (b.persistent) out.push_back(std::move(b));
+  return out;
+}
 
 void write_checkpoint(const std::string& path, const kernels::ModelConfig& cfg, uint64_t seed,
                       const kernels::NamedTensors& params, const kernels::NamedTensors& buffers,

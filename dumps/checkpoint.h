@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "kernels/config.h"
 #include "kernels/params.h"
@@ -28,6 +29,10 @@ class CheckpointError : public spec::BadInput {
 };
 
 constexpr int64_t kCheckpointSchemaVersion = 2;
+
+// The buffers a checkpoint (and torchtitan's state dict) holds: the persistent ones of
+// kernels::buffer_specs, in its order (each MoE layer's expert_bias_E).
+std::vector<kernels::BufferSpec> persistent_buffers(const kernels::ModelConfig& cfg);
 
 // Writes atomically (temp file + rename). params: fp32 CPU tensors in FQN order; buffers: the
 // persistent buffers by FQN, any missing written as zeros.

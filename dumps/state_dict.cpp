@@ -107,9 +107,9 @@ StateDictImport params_from_state_dict(const std::string& path, const kernels::M
   // The persistent buffers are state: the expert bias routes the next forward.
   std::vector<std::string> buffer_fqns;
   std::vector<at::Tensor> buffer_values;
-  for (const auto& b : kernels::buffer_specs(cfg)) {
-    if (!b.persistent || !by_name.count(b.fqn)) {
-      if (b.persistent) out.absent_buffers.push_back(b.fqn);
+  for (const auto& b : persistent_buffers(cfg)) {
+    if (!by_name.count(b.fqn)) {
+      out.absent_buffers.push_back(b.fqn);
       continue;
     }
     wanted.insert(b.fqn);

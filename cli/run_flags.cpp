@@ -40,11 +40,20 @@ void add_run_options(CLI::App& cmd, harness::RunOptions& o) {
       ->check(non_empty_path());
   add_choice(cmd, o.tokens_dtype, spec::token_dtypes(),
              "a raw --tokens file's element type (nanoGPT/Megatron .bin), little-endian");
+  cmd.add_option("--positions", o.positions_path,
+                 "per-token positions beside --tokens, a .npy array as torchtitan's dataloader "
+                 "emits them (one per token; a document starts where the position is 0); needs "
+                 "--documents on")
+      ->check(non_empty_path());
   add_choice(cmd, o.clip_order, spec::clip_orders(), "total-norm order");
   add_choice(cmd, o.documents, spec::document_modes(),
              "documents inside a row: on, the mixers see each document alone (a document starts "
-             "after EOS (id 2) and at BOS (id 1), torchtitan's masking); off, causal over the "
-             "whole row");
+             "after EOS and at BOS, or where --positions are 0: torchtitan's masking); off, "
+             "causal over the whole row");
+  cmd.add_option("--bos-id", o.bos_id, "the id that opens a document (-1: none)")
+      ->capture_default_str()->check(integer_in(-1, spec::kMaxTokenId));
+  cmd.add_option("--eos-id", o.eos_id, "the id that closes a document (-1: none)")
+      ->capture_default_str()->check(integer_in(-1, spec::kMaxTokenId));
   add_choice(cmd, o.grad_norm_dtype, spec::grad_norm_dtypes(),
              "dtype of the total norm of bf16 gradients: fp32 (the seed's tables) or bf16 (stock "
              "torchtitan)");

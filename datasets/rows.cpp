@@ -54,6 +54,32 @@ const int32_t* TokenRows::row(int64_t i) const {
   return stream_.data() + i * (seq_len_ + 1);
 }
 
+void TokenRows::set_positions(std::vector<int32_t> positions, const std::string& source) {
+  if (positions.size() != stream_.size())
+    throw DataError(source + " holds " + std::to_string(positions.size()) +
+                    " positions for a stream of " + std::to_string(stream_.size()) +
+                    " tokens; save one position per token, each row's T + 1 (append the "
+                    "position after the last input's)");
+  const int64_t width = seq_len_ + 1;
+  for (int64_t i = 0; i < static_cast<int64_t>(positions.size()); ++i) {
+    const int32_t p = positions[static_cast<size_t>(i)];
+    if (i % width == 0 || p == 0) continue;
+    const int32_t before = positions[static_cast<size_t>(i - 1)];
+    if (p != static_cast<int64_t>(before) + 1)
+      throw DataError(source + ": position " + std::to_string(p) + " at index " +
+                      std::to_string(i) + " follows " + std::to_string(before) +
+                      "; inside a document positions count up by one and a new document "
+                      "starts at 0. Save the positions of these tokens, in the same order");
+  }
+  positions_ = std::move(positions);
+}
+
+const int32_t* TokenRows::positions(int64_t i) const {
+  if (positions_.empty()) return nullptr;
+  row(i);  // the range check
+  return positions_.data() + i * (seq_len_ + 1);
+}
+
 std::vector<int64_t> microbatch_rows(const BatchShape& shape, int64_t num_rows, int64_t step,
                                      int dp_rank, int microbatch, bool reverse_microbatches) {
   const int64_t dp = shape.dp, M = shape.microbatches, B = shape.rows_per_microbatch;
@@ -82,10 +108,19 @@ std::vector<int64_t> microbatch_rows(const BatchShape& shape, int64_t num_rows, 
 }
 
 void fill_microbatch(const TokenRows& token_rows, const std::vector<int64_t>& rows,
-                     std::vector<int64_t>& inputs, std::vector<int64_t>& labels) {
+                     std::vector<int64_t>& inputs, std::vector<int64_t>& labels,
+                     std::vector<int64_t>* positions) {
   const int64_t T = token_rows.seq_len();
   inputs.resize(rows.size() * static_cast<size_t>(T));
   labels.resize(rows.size() * static_cast<size_t>(T));
+  if (positions) {
+    positions->clear();
+    if (token_rows.has_positions())
+      for (const int64_t r : rows) {
+        const int32_t* p = token_rows.positions(r);
+        positions->insert(positions->end(), p, p + T);
+      }
+  }
   for (size_t r = 0; r < rows.size(); ++r) {
     const int32_t* src = token_rows.row(rows[r]);
     int64_t* in = inputs.data() + r * static_cast<size_t>(T);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace parity::datasets {
@@ -42,10 +43,21 @@ class TokenRows {
   // Pointer to the T+1 tokens of row i, 0 <= i < num_rows() (std::out_of_range otherwise).
   const int32_t* row(int64_t i) const;
 
+  // Per-token positions beside the stream (`--positions`), as torchtitan's dataloader emits
+  // them: 0 at each document's first token, counting up by one inside a document. Throws
+  // DataError naming `source` when their count is not the stream's, or when inside a row's
+  // window a position is neither 0 nor its predecessor's plus one (the file does not belong to
+  // these tokens); a row's first position may be anything (a document continued from before).
+  void set_positions(std::vector<int32_t> positions, const std::string& source);
+  bool has_positions() const { return !positions_.empty(); }
+  // The T+1 positions of row i; null without positions.
+  const int32_t* positions(int64_t i) const;
+
  private:
   void check(int64_t rows_needed, const char* shape_text);
 
   std::vector<int32_t> stream_;
+  std::vector<int32_t> positions_;  // empty, or one per stream token
   int64_t seq_len_ = 0;
   int64_t num_rows_ = 0;
 };
@@ -62,8 +74,10 @@ std::vector<int64_t> microbatch_rows(const BatchShape& shape, int64_t num_rows, 
                                      int dp_rank, int microbatch, bool reverse_microbatches);
 
 // Fills inputs and labels (each resized to rows.size() * T, row-major [B, T]) with the
-// rows' first T and last T tokens. Throws std::out_of_range on a bad row index.
+// rows' first T and last T tokens, and `positions` (when given) with the inputs' positions, or
+// empties it when the rows have none. Throws std::out_of_range on a bad row index.
 void fill_microbatch(const TokenRows& token_rows, const std::vector<int64_t>& rows,
-                     std::vector<int64_t>& inputs, std::vector<int64_t>& labels);
+                     std::vector<int64_t>& inputs, std::vector<int64_t>& labels,
+                     std::vector<int64_t>* positions = nullptr);
 
 }  // namespace parity::datasets

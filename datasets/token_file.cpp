@@ -98,18 +98,33 @@ void write_token_file(const std::string& path, const std::vector<int32_t>& ids,
 
 namespace {
 
-std::string slurp_file(const std::string& path) {
+// What an integer array holds, for its checks and messages: token ids below the vocabulary,
+// or positions below 2^31.
+struct IntArray {
+  const char* flag;  // "--tokens", "--positions"
+  const char* what;  // "token id", "position"
+  int64_t limit;     // every value lies in [0, limit)
+  std::string range_remedy;
+};
+
+IntArray token_ids(int64_t vocab) {
+  return {"--tokens", "token id", vocab,
+          "is outside the model's vocabulary [0, " + std::to_string(vocab) +
+              "); give ids of this flavor's tokenizer"};
+}
+
+std::string slurp_file(const std::string& path, const char* flag) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw DataError("--tokens '" + path + "' cannot be opened; check the path");
+  if (!in) throw DataError(std::string(flag) + " '" + path + "' cannot be opened; check the path");
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw DataError("--tokens '" + path + "' cannot be read");
+  if (in.bad()) throw DataError(std::string(flag) + " '" + path + "' cannot be read");
   return bytes;
 }
 
-// Little-endian ids of `width` bytes (2 unsigned, 4 or 8 signed) from `p`, checked against the
-// vocabulary one by one.
+// Little-endian integers of `width` bytes (2 unsigned, 4 or 8 signed) from `p`, checked against
+// the array's range one by one.
 std::vector<int32_t> ids_from(const std::string& path, const unsigned char* p, size_t count,
-                              int width, bool is_unsigned, int64_t vocab) {
+                              int width, bool is_unsigned, const IntArray& a) {
   std::vector<int32_t> ids(count);
   for (size_t i = 0; i < count; ++i) {
     int64_t v = 0;
@@ -121,10 +136,9 @@ std::vector<int32_t> ids_from(const std::string& path, const unsigned char* p, s
       v = static_cast<int32_t>(static_cast<uint32_t>(u));
     else
       v = static_cast<int16_t>(static_cast<uint16_t>(u));
-    if (v < 0 || v >= vocab)
-      throw DataError("--tokens '" + path + "': token id " + std::to_string(v) + " at position " +
-                      std::to_string(i) + " is outside the model's vocabulary [0, " +
-                      std::to_string(vocab) + "); give ids of this flavor's tokenizer");
+    if (v < 0 || v >= a.limit)
+      throw DataError(std::string(a.flag) + " '" + path + "': " + a.what + " " +
+                      std::to_string(v) + " at index " + std::to_string(i) + " " + a.range_remedy);
     ids[i] = static_cast<int32_t>(v);
   }
   return ids;
@@ -138,9 +152,11 @@ bool is_npy_file(const std::string& path) {
   return in.read(magic, 6) && std::memcmp(magic, "\x93NUMPY", 6) == 0;
 }
 
-std::vector<int32_t> read_npy_tokens(const std::string& path, int64_t vocab) {
-  const std::string bytes = slurp_file(path);
-  const std::string where = "--tokens '" + path + "' (.npy): ";
+namespace {
+
+std::vector<int32_t> read_npy_ints(const std::string& path, const IntArray& a) {
+  const std::string bytes = slurp_file(path, a.flag);
+  const std::string where = std::string(a.flag) + " '" + path + "' (.npy): ";
   if (bytes.size() < 10 || std::memcmp(bytes.data(), "\x93NUMPY", 6) != 0)
     throw DataError(where + "no NumPy header; write it with numpy.save");
   const int major = static_cast<unsigned char>(bytes[6]);
@@ -182,7 +198,7 @@ std::vector<int32_t> read_npy_tokens(const std::string& path, int64_t vocab) {
     is_unsigned = true;
   } else {
     throw DataError(where + "element type " + descr.substr(0, descr.find(',')) +
-                    " is not uint16, int32 or int64 (little-endian); save the ids as one of them");
+                    " is not uint16, int32 or int64 (little-endian); save the array as one of them");
   }
   if (value_of("fortran_order").rfind("False", 0) != 0)
     throw DataError(where + "the array is in Fortran order; save a C-order array");
@@ -212,15 +228,27 @@ std::vector<int32_t> read_npy_tokens(const std::string& path, int64_t vocab) {
     if (count > (uint64_t{1} << 40)) throw DataError(where + "the array is too large");
   }
   if (dims.empty() || non_unit > 1)
-    throw DataError(where + "the ids must be one-dimensional (their shape has " +
+    throw DataError(where + "the array must be one-dimensional (its shape has " +
                     std::to_string(dims.size()) + " dimensions); save a flat array");
   const size_t data = start + header_len;
   if (count * static_cast<uint64_t>(width) != bytes.size() - data)
-    throw DataError(where + "the header promises " + std::to_string(count) + " ids of " +
+    throw DataError(where + "the header promises " + std::to_string(count) + " values of " +
                     std::to_string(width) + " bytes but the file holds " +
                     std::to_string(bytes.size() - data) + " data bytes; write it again");
   return ids_from(path, reinterpret_cast<const unsigned char*>(bytes.data() + data),
-                  static_cast<size_t>(count), width, is_unsigned, vocab);
+                  static_cast<size_t>(count), width, is_unsigned, a);
+}
+
+}  // namespace
+
+std::vector<int32_t> read_npy_tokens(const std::string& path, int64_t vocab) {
+  return read_npy_ints(path, token_ids(vocab));
+}
+
+std::vector<int32_t> read_npy_positions(const std::string& path) {
+  return read_npy_ints(path, {"--positions", "position", int64_t{1} << 31,
+                              "is negative or past 2^31; give the positions the dataloader "
+                              "emitted (0 at each document's first token)"});
 }
 
 std::vector<int32_t> read_raw_tokens(const std::string& path, const std::string& raw_dtype,
@@ -228,12 +256,12 @@ std::vector<int32_t> read_raw_tokens(const std::string& path, const std::string&
   const spec::TokenDtype dtype = spec::token_dtypes().parse(raw_dtype);
   const int width = dtype == spec::TokenDtype::U16 ? 2 : dtype == spec::TokenDtype::I32 ? 4 : 8;
   const bool is_unsigned = dtype == spec::TokenDtype::U16;
-  const std::string bytes = slurp_file(path);
+  const std::string bytes = slurp_file(path, "--tokens");
   if (bytes.size() % static_cast<size_t>(width) != 0)
     throw DataError("--tokens '" + path + "': " + std::to_string(bytes.size()) +
                     " bytes is not a whole number of " + raw_dtype + " ids; check --tokens-dtype");
   return ids_from(path, reinterpret_cast<const unsigned char*>(bytes.data()),
-                  bytes.size() / static_cast<size_t>(width), width, is_unsigned, vocab);
+                  bytes.size() / static_cast<size_t>(width), width, is_unsigned, token_ids(vocab));
 }
 
 }  // namespace parity::datasets

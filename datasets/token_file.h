@@ -40,6 +40,10 @@ std::vector<int32_t> read_raw_tokens(const std::string& path, const std::string&
                                      int64_t vocab);
 bool is_npy_file(const std::string& path);
 
+// Per-token positions for `--positions`, a .npy array as above (torchtitan's dataloader's
+// positions, saved with numpy.save): every value in [0, 2^31). Throws DataError as above.
+std::vector<int32_t> read_npy_positions(const std::string& path);
+
 // Atomic write (temporary name + rename); throws DataError naming the file on failure.
 void write_token_file(const std::string& path, const std::vector<int32_t>& ids,
                       int32_t vocab_size, int32_t eos_id);

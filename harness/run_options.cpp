@@ -13,6 +13,7 @@
 #include <iostream>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
 
 #include "datasets/corpus.h"
 #include "datasets/token_file.h"
@@ -23,19 +24,28 @@
 
 namespace parity::harness {
 
-namespace {
-// The embedded tokenizer's document delimiters (datasets/tokenizer.h).
-constexpr int64_t kBosId = 1, kEosId = 2;
-}  // namespace
-
 kernels::ModelOptions model_options(const RunOptions& o) {
   kernels::ModelOptions m;
   m.attn_res = o.attn_res;
   m.kda = o.kda;
   m.loss_chunks = o.loss_chunks;
-  // The embedded tokenizer's ids (datasets/tokenizer.h: unk 0, bos 1, eos 2), which token
-  // files are assumed to share.
-  m.documents = {o.documents == spec::Documents::On, kBosId, kEosId};
+  const bool on = o.documents == spec::Documents::On;
+  const spec::RunSpec defaults;
+  if (!on && (o.bos_id != defaults.bos_id || o.eos_id != defaults.eos_id))
+    throw UsageError("--bos-id and --eos-id delimit documents, which only --documents on uses; "
+                     "add --documents on or drop them");
+  if (!on && !o.positions_path.empty())
+    throw UsageError("--positions '" + o.positions_path + "' gives document starts, which only "
+                     "--documents on uses; add --documents on or drop --positions");
+  const int64_t vocab = kernels::flavor(o.flavor).vocab;
+  for (const auto& [flag, id] : {std::pair<const char*, int64_t>{"--bos-id", o.bos_id},
+                                 std::pair<const char*, int64_t>{"--eos-id", o.eos_id}})
+    if (id >= vocab)
+      throw UsageError(std::string(flag) + " " + std::to_string(id) + " is past flavor " +
+                       spec::to_string(o.flavor) + "'s vocabulary of " + std::to_string(vocab) +
+                       "; give the tokenizer's id, or -1 for none");
+  // Defaults: the embedded tokenizer's ids (datasets/tokenizer.h: unk 0, bos 1, eos 2).
+  m.documents = {on, o.bos_id, o.eos_id};
   return m;
 }
 
@@ -106,6 +116,15 @@ std::unique_ptr<datasets::TokenRows> load_rows(const RunOptions& o) {
   if (!o.tokens_path.empty() && !std::filesystem::is_regular_file(o.tokens_path))
     throw UsageError("--tokens '" + o.tokens_path + "' is not a file; make one with "
                      "parity-tokenize (it prints the path of the file it writes)");
+  if (!o.positions_path.empty() && o.tokens_path.empty())
+    throw UsageError("--positions '" + o.positions_path + "' gives the positions of a --tokens "
+                     "file; give the token ids with --tokens FILE too");
+  if (!o.positions_path.empty() && !std::filesystem::is_regular_file(o.positions_path))
+    throw UsageError("--positions '" + o.positions_path + "' is not a file; save the "
+                     "dataloader's positions with numpy.save");
+  if (!o.positions_path.empty() && !datasets::is_npy_file(o.positions_path))
+    throw UsageError("--positions '" + o.positions_path + "' is not a .npy array; save the "
+                     "positions with numpy.save");
   if (!o.data_path.empty()) datasets::load_jsonl(o.data_path);  // validate here, in one line
   const auto cfg = kernels::flavor(o.flavor);
   datasets::TokenFile file;
@@ -129,7 +148,11 @@ std::unique_ptr<datasets::TokenRows> load_rows(const RunOptions& o) {
                      " pieces but flavor " + cfg.name + " embeds only " +
                      std::to_string(cfg.vocab) + " tokens; use a flavor with a larger vocabulary");
   const datasets::BatchShape shape{o.dp, o.microbatches, o.rows};
-  return std::make_unique<datasets::TokenRows>(std::move(file.ids), o.seq_len, shape);
+  auto rows = std::make_unique<datasets::TokenRows>(std::move(file.ids), o.seq_len, shape);
+  if (!o.positions_path.empty())
+    rows->set_positions(datasets::read_npy_positions(o.positions_path),
+                        "--positions '" + o.positions_path + "'");
+  return rows;
 }
 
 kernels::InitOptions init_options(spec::PseudoQueryInit pseudo_query_init) {

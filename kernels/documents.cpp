@@ -13,7 +13,6 @@ bool Documents::whole_rows() const {
 Documents documents_of(const int64_t* tokens, int64_t rows, int64_t seq_len,
                        const DocumentRule& rule) {
   Documents d;
-  d.seq_len = seq_len;
   d.starts.resize(static_cast<size_t>(rows));
   for (int64_t b = 0; b < rows; ++b) {
     const int64_t* row = tokens + b * seq_len;
@@ -23,6 +22,19 @@ Documents documents_of(const int64_t* tokens, int64_t rows, int64_t seq_len,
     for (int64_t t = 1; t < seq_len; ++t)
       if ((rule.bos >= 0 && row[t] == rule.bos) || (rule.eos >= 0 && row[t - 1] == rule.eos))
         s.push_back(t);
+  }
+  return d;
+}
+
+Documents documents_at_positions(const int64_t* positions, int64_t rows, int64_t seq_len) {
+  Documents d;
+  d.starts.resize(static_cast<size_t>(rows));
+  for (int64_t b = 0; b < rows; ++b) {
+    const int64_t* row = positions + b * seq_len;
+    auto& s = d.starts[static_cast<size_t>(b)];
+    s.push_back(0);
+    for (int64_t t = 1; t < seq_len; ++t)
+      if (row[t] == 0) s.push_back(t);
   }
   return d;
 }

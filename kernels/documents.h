@@ -29,7 +29,6 @@ struct DocumentRule {
 struct Documents {
   // Per row, the ascending start of each document; every row's list begins with 0.
   std::vector<std::vector<int64_t>> starts;
-  int64_t seq_len = 0;
   bool whole_rows() const;  // every row one document
 };
 
@@ -39,5 +38,10 @@ Documents documents_of(const at::Tensor& tokens_BT, const DocumentRule& rule);
 // The documents of a [B, T] micro-batch given as row-major ids (torch-free callers).
 Documents documents_of(const int64_t* tokens, int64_t rows, int64_t seq_len,
                        const DocumentRule& rule);
+
+// The documents of a [B, T] micro-batch whose per-token positions are given (row-major), as
+// torchtitan's dataloader emits them: a document starts at a row's first token and wherever
+// the position is 0.
+Documents documents_at_positions(const int64_t* positions, int64_t rows, int64_t seq_len);
 
 }  // namespace parity::kernels

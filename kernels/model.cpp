@@ -17,16 +17,33 @@ namespace parity::kernels {
 Model::Model(ModelConfig cfg, ModelOptions opts) : cfg_(std::move(cfg)), opts_(opts) {}
 
 LayerState Model::embed(const NamedTensors& w, const at::Tensor& tokens) const {
+  return embed(w, tokens, documents(tokens));
+}
+
+LayerState Model::embed(const NamedTensors& w, const at::Tensor& tokens,
+                        std::shared_ptr<const Documents> docs) const {
   auto x = embed_tokens(tokens, w.at("tok_embeddings.weight"));
   auto stack = x.new_empty({x.size(0), x.size(1), 0, x.size(2)});
-  return {x, stack, documents(tokens)};
+  return {x, stack, std::move(docs)};
 }
+
+namespace {
+std::shared_ptr<const Documents> unless_whole_rows(Documents d) {
+  if (d.whole_rows()) return nullptr;
+  return std::make_shared<const Documents>(std::move(d));
+}
+}  // namespace
 
 std::shared_ptr<const Documents> Model::documents(const at::Tensor& tokens_BT) const {
   if (!opts_.documents.on) return nullptr;
-  auto d = std::make_shared<Documents>(documents_of(tokens_BT, opts_.documents));
-  if (d->whole_rows()) return nullptr;
-  return d;
+  return unless_whole_rows(documents_of(tokens_BT, opts_.documents));
+}
+
+std::shared_ptr<const Documents> Model::documents(const int64_t* tokens, const int64_t* positions,
+                                                  int64_t rows, int64_t seq_len) const {
+  if (!opts_.documents.on) return nullptr;
+  return unless_whole_rows(positions ? documents_at_positions(positions, rows, seq_len)
+                                     : documents_of(tokens, rows, seq_len, opts_.documents));
 }
 
 KdaWeights kda_weights(const NamedTensors& w, int layer) {
@@ -212,7 +229,13 @@ void HeadLoss::backward() {
 
 HeadLoss Model::loss(const NamedTensors& w, const NamedTensors& buffers, const at::Tensor& tokens,
                      const at::Tensor& labels, double n_global, bool training) const {
-  auto s = embed(w, tokens);
+  return loss(w, buffers, tokens, labels, n_global, training, documents(tokens));
+}
+
+HeadLoss Model::loss(const NamedTensors& w, const NamedTensors& buffers, const at::Tensor& tokens,
+                     const at::Tensor& labels, double n_global, bool training,
+                     std::shared_ptr<const Documents> docs) const {
+  auto s = embed(w, tokens, std::move(docs));
   for (int l = 0; l < cfg_.n_layers; ++l) s = layer(l, w, buffers, s, training);
   return head_loss(w, s, labels, n_global, training);
 }

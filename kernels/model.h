@@ -81,8 +81,17 @@ class Model {
   LayerState embed(const NamedTensors& w, const at::Tensor& tokens_BT) const;
 
   // The documents of tokens_BT under the options' rule; null when the rule is off or every row
-  // holds one document. A pipeline stage that receives its input sets LayerState::docs from it.
+  // holds one document.
   std::shared_ptr<const Documents> documents(const at::Tensor& tokens_BT) const;
+  // The same for a [rows, seq_len] micro-batch on the host (row-major ids), which the trainers
+  // compute once per micro-batch: from `positions` when given (a document starts where the
+  // position is 0; documents_at_positions), else from the tokens under the rule. null when the
+  // rule is off or every row holds one document.
+  std::shared_ptr<const Documents> documents(const int64_t* tokens, const int64_t* positions,
+                                             int64_t rows, int64_t seq_len) const;
+  // embed with the micro-batch's documents given (documents() above).
+  LayerState embed(const NamedTensors& w, const at::Tensor& tokens_BT,
+                   std::shared_ptr<const Documents> docs) const;
 
   // One transformer layer. training: the router's balancer observes (kernels/moe.h) and its
   // buffers accumulate; a forward-only pass selects without it.
@@ -104,6 +113,10 @@ class Model {
   // The whole forward: embed, every layer, head_loss.
   HeadLoss loss(const NamedTensors& w, const NamedTensors& buffers, const at::Tensor& tokens_BT,
                 const at::Tensor& labels_BT, double n_global, bool training) const;
+  // The same with the micro-batch's documents given.
+  HeadLoss loss(const NamedTensors& w, const NamedTensors& buffers, const at::Tensor& tokens_BT,
+                const at::Tensor& labels_BT, double n_global, bool training,
+                std::shared_ptr<const Documents> docs) const;
 
  private:
   ModelConfig cfg_;

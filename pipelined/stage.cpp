@@ -94,7 +94,7 @@ void StageRunner::forward(int mb) {
   Saved sv;
   kernels::LayerState state;
   if (split.has_emb(stage_)) {
-    state = model.embed(*ctx_->weights, ctx_->tokens[mb]);
+    state = model.embed(*ctx_->weights, ctx_->tokens[mb], ctx_->docs.at(mb));
   } else {
     const auto& wire = recv_blocks();
     auto msg = ctx_->transport->recv(ctx_->tables->rank_of(stage_ - 1),
@@ -129,7 +129,7 @@ void StageRunner::forward(int mb) {
       stack = stack_columns(cols);
     sv.h_leaf = h.detach().requires_grad_(ctx_->training);
     sv.stack_leaf = stack.detach().requires_grad_(ctx_->training && !cols.empty());
-    state = {sv.h_leaf, sv.stack_leaf, model.documents(ctx_->tokens[mb])};
+    state = {sv.h_leaf, sv.stack_leaf, ctx_->docs.at(mb)};
   }
   for (int l : split.layers(stage_)) state = model.layer(l, *ctx_->weights, *ctx_->buffers, state, ctx_->training);
 

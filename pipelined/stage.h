@@ -50,6 +50,9 @@ struct StepContext {
   std::vector<RankStore>* stores = nullptr;  // one per rank
   Transport* transport = nullptr;
   std::vector<at::Tensor> tokens, labels;    // per micro-batch, [B, T] int64 on the device
+  // Per micro-batch, where its documents start (null: each row one sequence); every stage
+  // hands them to the mixers.
+  std::vector<std::shared_ptr<const kernels::Documents>> docs;
   double n_global = 1;                       // label tokens of the whole step
   bool training = true;                      // false: forward-only (no graph, no backward)
   std::vector<Fault> faults;                 // injected routing bugs (see faults.h)

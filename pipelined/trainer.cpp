@@ -83,12 +83,15 @@ PipelinedTrainer::Batch PipelinedTrainer::batch(int64_t step, int replica) const
   const datasets::BatchShape shape{cfg_.dp, cfg_.microbatches, cfg_.rows};
   Batch b;
   b.n_global = static_cast<int64_t>(cfg_.dp) * cfg_.microbatches * cfg_.rows * T;
-  std::vector<int64_t> inputs, labels;
+  std::vector<int64_t> inputs, labels, positions;
   for (int m = 0; m < cfg_.microbatches; ++m) {
     auto rows =
         datasets::microbatch_rows(shape, data_.num_rows(), step, replica, m,
                                   cfg_.reverse_microbatches);
-    datasets::fill_microbatch(data_, rows, inputs, labels);
+    datasets::fill_microbatch(data_, rows, inputs, labels, &positions);
+    // Once per micro-batch, on the host: every stage reads them from the context.
+    b.docs.push_back(model_.documents(inputs.data(), positions.empty() ? nullptr : positions.data(),
+                                      cfg_.rows, T));
     auto opts = torch::TensorOptions().dtype(torch::kLong);
     b.tokens.push_back(torch::from_blob(inputs.data(), {cfg_.rows, T}, opts).to(device).clone());
     b.labels.push_back(torch::from_blob(labels.data(), {cfg_.rows, T}, opts).to(device).clone());
@@ -186,6 +189,7 @@ StepContext PipelinedTrainer::context(const kernels::NamedTensors& weights, cons
   ctx.cache = pc_.cache;
   ctx.tokens = b.tokens;
   ctx.labels = b.labels;
+  ctx.docs = b.docs;
   ctx.n_global = static_cast<double>(b.n_global);
   ctx.training = training;
   if (training) {

@@ -75,6 +75,7 @@ class PipelinedTrainer {
  private:
   struct Batch {
     std::vector<at::Tensor> tokens, labels;
+    std::vector<std::shared_ptr<const kernels::Documents>> docs;  // per micro-batch
     int64_t n_global = 0;
   };
   Batch batch(int64_t step, int replica) const;  // one dp replica's micro-batches

@@ -32,17 +32,19 @@ void ReferenceTrainer::run(kernels::StepObserver& observer) {
   observer.on_end();
 }
 
-std::pair<at::Tensor, at::Tensor> ReferenceTrainer::microbatch(int64_t s, int r, int m) const {
+ReferenceTrainer::MicroBatch ReferenceTrainer::microbatch(int64_t s, int r, int m) const {
   const int64_t T = data_.seq_len();
   const datasets::BatchShape shape{cfg_.dp, cfg_.microbatches, cfg_.rows};
-  std::vector<int64_t> inputs, labels;
+  std::vector<int64_t> inputs, labels, positions;
   auto rows =
       datasets::microbatch_rows(shape, data_.num_rows(), s, r, m, cfg_.reverse_microbatches);
-  datasets::fill_microbatch(data_, rows, inputs, labels);
+  datasets::fill_microbatch(data_, rows, inputs, labels, &positions);
   const auto opts = torch::TensorOptions().dtype(torch::kLong);
   const auto device = torch::Device(cfg_.device);
   return {torch::from_blob(inputs.data(), {cfg_.rows, T}, opts).to(device, false, true),
-          torch::from_blob(labels.data(), {cfg_.rows, T}, opts).to(device, false, true)};
+          torch::from_blob(labels.data(), {cfg_.rows, T}, opts).to(device, false, true),
+          model_.documents(inputs.data(), positions.empty() ? nullptr : positions.data(),
+                           cfg_.rows, T)};
 }
 
 std::vector<at::Tensor> ReferenceTrainer::forward_only(int64_t s) {
@@ -54,9 +56,11 @@ std::vector<at::Tensor> ReferenceTrainer::forward_only(int64_t s) {
   std::vector<at::Tensor> losses;
   for (int r = 0; r < cfg_.dp; ++r)
     for (int m = 0; m < cfg_.microbatches; ++m) {
-      auto [tok, lab] = microbatch(s, r, m);
-      losses.push_back(
-          model_.loss(weights, buffers_, tok, lab, static_cast<double>(n_global), false).loss());
+      const auto mb = microbatch(s, r, m);
+      losses.push_back(model_
+                           .loss(weights, buffers_, mb.tokens, mb.labels,
+                                 static_cast<double>(n_global), false, mb.docs)
+                           .loss());
     }
   return losses;
 }
@@ -81,10 +85,11 @@ void ReferenceTrainer::step(int64_t s, kernels::StepObserver& observer) {
     kernels::GradAccumulator acc(cfg_, master_, compute);
     std::vector<at::Tensor> replica_losses;
     for (int m = 0; m < cfg_.microbatches; ++m) {
-      auto [tok, lab] = microbatch(s, r, m);
+      const auto mb = microbatch(s, r, m);
       std::optional<kernels::LedgerScope> scope;
       if (cfg_.ledger_on(s)) scope.emplace(&ledger_, r * cfg_.microbatches + m);
-      auto l_m = model_.loss(weights, buffers_, tok, lab, static_cast<double>(n_global), true);
+      auto l_m = model_.loss(weights, buffers_, mb.tokens, mb.labels,
+                             static_cast<double>(n_global), true, mb.docs);
       l_m.backward();
       replica_losses.push_back(l_m.loss());
       acc.after_backward(all);

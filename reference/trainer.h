@@ -59,8 +59,13 @@ class ReferenceTrainer {
   kernels::RunInfo run_info() const;
 
  private:
-  // Micro-batch m of replica r at step s: tokens and labels [B, T] on the run's device.
-  std::pair<at::Tensor, at::Tensor> microbatch(int64_t s, int r, int m) const;
+  // Micro-batch m of replica r at step s: tokens and labels [B, T] on the run's device, and
+  // where its documents start (null: each row one sequence).
+  struct MicroBatch {
+    at::Tensor tokens, labels;
+    std::shared_ptr<const kernels::Documents> docs;
+  };
+  MicroBatch microbatch(int64_t s, int r, int m) const;
 
   TrainConfig cfg_;
   kernels::Model model_;

@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 
+#include "spec/limits.h"
 #include "spec/options.h"
 
 namespace parity::reports {
@@ -153,6 +154,8 @@ const std::map<std::string, Setter>& setters() {
       {"clip_order", [](Cell& c, auto& n, auto& p) { c.clip_order = named(n, p, spec::clip_orders()); }},
       {"grad_accum", [](Cell& c, auto& n, auto& p) { c.grad_accum = named(n, p, spec::grad_accums()); }},
       {"documents", [](Cell& c, auto& n, auto& p) { c.documents = named(n, p, spec::document_modes()); }},
+      {"bos_id", [](Cell& c, auto& n, auto& p) { c.bos_id = get_int(n, p, -1, spec::kMaxTokenId); }},
+      {"eos_id", [](Cell& c, auto& n, auto& p) { c.eos_id = get_int(n, p, -1, spec::kMaxTokenId); }},
       {"grad_norm_dtype", [](Cell& c, auto& n, auto& p) { c.grad_norm_dtype = named(n, p, spec::grad_norm_dtypes()); }},
       {"lr_schedule", [](Cell& c, auto& n, auto& p) { c.lr_schedule = named(n, p, spec::lr_schedules()); }},
       {"expert_balance", [](Cell& c, auto& n, auto& p) { c.expert_balance = get_bool(n, p); }},

@@ -24,7 +24,7 @@
 // fields under their names (spec/run_spec.h; defaults as there, but flavor [tiny] and dtype
 // [bf16]): trainer, flavor, dtype, steps, microbatches, rows, seq_len, seed, lr, warmup,
 // lr_schedule, threads, dp, pp, vp, schedule, cache, split, clip_order, grad_norm_dtype,
-// grad_accum, attn_res, kda, documents, expert_balance, pseudo_query_init, loss_chunks, max_norm,
+// grad_accum, attn_res, kda, documents, bos_id, eos_id, expert_balance, pseudo_query_init, loss_chunks, max_norm,
 // reverse_microbatches, freeze_embedding, device, inject [[]: fault specs, as train --inject].
 //
 // A cell's seed checkpoint is shared by every cell of its batch shape (flavor, seed, dp x

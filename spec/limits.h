@@ -19,6 +19,7 @@ constexpr int64_t kMaxBenchSteps = 1000;
 constexpr double kMaxLr = 1e12;  // a divergence on purpose takes 1e9
 constexpr double kMaxTimeoutS = 86400;
 constexpr double kMaxMaxNorm = 1e6;  // the clipping threshold
+constexpr int64_t kMaxTokenId = 2147483647;  // token ids are int32 (--bos-id, --eos-id)
 
 // Threads (intra-op or comparison): at most 4 x the cores this machine has.
 int max_threads();

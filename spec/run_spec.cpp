@@ -116,12 +116,15 @@ const std::vector<Field>& fields() {
       path("--data", &RunSpec::data_path),
       path("--tokens", &RunSpec::tokens_path),
       optional_choice(&RunSpec::tokens_dtype, token_dtypes()),
+      path("--positions", &RunSpec::positions_path),
       choice(&RunSpec::clip_order, clip_orders()),
       choice(&RunSpec::grad_norm_dtype, grad_norm_dtypes()),
       choice(&RunSpec::grad_accum, grad_accums()),
       choice(&RunSpec::attn_res, attn_res_forms()),
       choice(&RunSpec::kda, kda_forms()),
       choice(&RunSpec::documents, document_modes()),
+      integer("--bos-id", &RunSpec::bos_id, -1, kMaxTokenId),
+      integer("--eos-id", &RunSpec::eos_id, -1, kMaxTokenId),
       real("--lr", &RunSpec::lr, 0, kMaxLr, /*lo_open=*/true),
       integer("--warmup", &RunSpec::warmup, 0, kMaxSteps),
       choice(&RunSpec::lr_schedule, lr_schedules()),
@@ -143,8 +146,9 @@ const std::vector<Field>& fields() {
 auto tied(const RunSpec& s) {
   return std::tie(s.trainer, s.flavor, s.dtype, s.steps, s.microbatches, s.rows, s.seq_len,
                   s.seed, s.threads, s.dp, s.pp, s.vp, s.schedule, s.cache, s.split, s.device,
-                  s.init_path, s.data_path, s.tokens_path, s.tokens_dtype, s.clip_order,
-                  s.grad_norm_dtype, s.grad_accum, s.attn_res, s.kda, s.documents, s.lr, s.warmup, s.lr_schedule,
+                  s.init_path, s.data_path, s.tokens_path, s.tokens_dtype, s.positions_path,
+                  s.clip_order, s.grad_norm_dtype, s.grad_accum, s.attn_res, s.kda, s.documents,
+                  s.bos_id, s.eos_id, s.lr, s.warmup, s.lr_schedule,
                   s.expert_balance, s.pseudo_query_init, s.loss_chunks, s.max_norm,
                   s.reverse_microbatches, s.freeze_embedding, s.inject);
 }

@@ -42,12 +42,17 @@ struct RunSpec {
   std::string data_path;                 // a JSONL corpus; "": the fortunes text
   std::string tokens_path;               // token ids read as they are; "": tokenize the corpus
   std::optional<TokenDtype> tokens_dtype;  // a raw --tokens file's element type
+  std::string positions_path;  // per-token positions beside --tokens (.npy); "": from the ids
   ClipOrder clip_order = ClipOrder::Single;
   GradNormDtype grad_norm_dtype = GradNormDtype::FP32;
   GradAccum grad_accum = GradAccum::Auto;
   AttnResImpl attn_res = AttnResImpl::Fused;
   KdaImpl kda = KdaImpl::Fused;
   Documents documents = Documents::Off;
+  // The ids that delimit documents under --documents on (the embedded tokenizer's: BOS 1,
+  // EOS 2); -1: the tokenizer has no such token.
+  int64_t bos_id = 1;
+  int64_t eos_id = 2;
   double lr = 8e-4;
   int warmup = 2;
   LrSchedule lr_schedule = LrSchedule::WSD;

@@ -323,6 +323,20 @@ class Fixtures {
     std::ofstream(d / "sd_bad.safetensors", std::ios::binary) << safetensors_one("foo", 2);
     std::ofstream(d / "ids_big.npy", std::ios::binary) << npy("<u2", {1, 2, 65000, 3});
     std::ofstream(d / "ids_f32.npy", std::ios::binary) << npy("<f4", {1, 2});
+    // 34 ids (two rows of --seq-len 16) and positions for them: whole, one short, and one that
+    // jumps from 3 to 5 inside the first row.
+    std::vector<double> ids34(34), pos34(34);
+    for (int i = 0; i < 34; ++i) {
+      ids34[i] = 3 + i;
+      pos34[i] = i % 17;
+    }
+    std::ofstream(d / "ids34.npy", std::ios::binary) << npy("<u2", ids34);
+    std::ofstream(d / "pos34.npy", std::ios::binary) << npy("<u2", pos34);
+    std::ofstream(d / "pos33.npy", std::ios::binary)
+        << npy("<u2", std::vector<double>(pos34.begin(), pos34.end() - 1));
+    auto jump = pos34;
+    jump[4] = 5;
+    std::ofstream(d / "pos_jump.npy", std::ios::binary) << npy("<u2", jump);
     std::ofstream(d / "odd.bin", std::ios::binary) << std::string("\x01\x00\x02", 3);
     std::ofstream(d / "map_bad.txt") << "a b c\n";
     // Training logs (`parity drift`), good and bad, and a plan of the quick matrix.

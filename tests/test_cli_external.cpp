@@ -336,6 +336,33 @@ TEST_F(External, NpyAndRawTokenFilesTrainAsTheTokenFile) {
   }
 }
 
+// Documents from positions (--positions, as torchtitan's dataloader emits them) are the
+// documents the ids give: positions written by numpy from the same stream (0 after each EOS)
+// train bitwise as the EOS rule, with the ids' rule switched off, through the reference and
+// the pipelined trainer; without masking the run differs, so the documents took effect.
+TEST_F(External, PositionsGiveTheDocumentsOfTheIds) {
+  const fs::path tool = fs::path(PARITY_BIN).parent_path() / "parity-tokenize";
+  ASSERT_EQ(std::system((tool.string() + " > " + p("tok.txt") + " 2>/dev/null").c_str()), 0);
+  std::string tokens = slurp(p("tok.txt"));
+  while (!tokens.empty() && tokens.back() == '\n') tokens.pop_back();
+  python("tokens " + tokens + " " + p("ids"));
+  python("positions " + tokens + " 64 " + p("pos.npy"));
+  const std::string train = "train --flavor tiny --steps 2 --seq-len 64 --quiet --tokens " +
+                            p("ids.i32.npy") + " ";
+  auto metrics = [&](const std::string& args, const std::string& name) {
+    const std::string out = p(name + ".jsonl");
+    auto r = run(train + args + " --metrics " + out);
+    EXPECT_EQ(r.code, 0) << r.err;
+    return metric_bits(slurp(out));
+  };
+  const auto ids = metrics("--documents on", "ids");
+  ASSERT_EQ(ids.size(), 2u);
+  const std::string positions = "--documents on --bos-id -1 --eos-id -1 --positions " + p("pos.npy");
+  EXPECT_EQ(metrics(positions, "positions"), ids);
+  EXPECT_EQ(metrics(positions + " --trainer pipelined --pp 2 --vp 2 --cache off", "naive"), ids);
+  EXPECT_NE(metrics("--documents off", "off"), ids);
+}
+
 // A fuzz pass over the readers through the command line, with a fixed seed: small files written
 // by torch.save, by the safetensors specification, by h5py and by numpy, each cut short at 3
 // places and mutated 4 times (one to eight bytes overwritten, or a run of bytes zeroed). The

@@ -334,6 +334,27 @@ TEST(Documents, StartAtTheRowAfterEosAndAtBos) {
   EXPECT_TRUE(off.whole_rows());
 }
 
+// From positions: a document starts at a row's first token (whatever its position) and wherever
+// the position is 0.
+TEST(Documents, StartWherePositionsAreZero) {
+  // row 0: 4 5 | 0 1 2 | 0 1 | 0   row 1: 0 1 2 3 4 5 6 7 (one document)
+  const std::vector<int64_t> pos = {4, 5, 0, 1, 2, 0, 1, 0,  0, 1, 2, 3, 4, 5, 6, 7};
+  const auto d = k::documents_at_positions(pos.data(), 2, 8);
+  ASSERT_EQ(d.starts.size(), 2u);
+  EXPECT_EQ(d.starts[0], (std::vector<int64_t>{0, 2, 5, 7}));
+  EXPECT_EQ(d.starts[1], (std::vector<int64_t>{0}));
+  // The model takes positions over the ids' rule, and only when the rule is on.
+  k::ModelOptions on;
+  on.documents = {true, 1, 2};
+  const std::vector<int64_t> ids(16, 2);  // EOS everywhere: the rule would cut every token
+  const k::Model masked(k::flavor("tiny"), on), whole(k::flavor("tiny"));
+  const auto from_positions = masked.documents(ids.data(), pos.data(), 2, 8);
+  ASSERT_NE(from_positions, nullptr);
+  EXPECT_EQ(from_positions->starts, d.starts);
+  EXPECT_EQ(masked.documents(ids.data(), nullptr, 2, 8)->starts[1].size(), 8u);
+  EXPECT_EQ(whole.documents(ids.data(), pos.data(), 2, 8), nullptr);
+}
+
 // One row of T tokens packing three documents of 5, 6 and T - 11 tokens (the first two end
 // with EOS, the third spills past the row's end), and each document as a row of its own.
 struct Packed {

@@ -132,13 +132,13 @@ using namespace parity::spec;
 
 // RunSpec's fields, counted by the structured binding below: a field added to RunSpec stops
 // this file from compiling until the binding, and a mutation of the new field, are added here.
-constexpr size_t kFields = 36;
+constexpr size_t kFields = 39;
 
 void name_every_field() {
   [[maybe_unused]] auto [trainer, flavor, dtype, steps, microbatches, rows, seq_len, seed,
                          threads, dp, pp, vp, schedule, cache, split, device, init_path,
-                         data_path, tokens_path, tokens_dtype, clip_order, grad_norm_dtype, grad_accum,
-                         attn_res, kda, documents, lr, warmup, lr_schedule, expert_balance,
+                         data_path, tokens_path, tokens_dtype, positions_path, clip_order,
+                         grad_norm_dtype, grad_accum, attn_res, kda, documents, bos_id, eos_id, lr, warmup, lr_schedule, expert_balance,
                          pseudo_query_init, loss_chunks, max_norm, reverse_microbatches,
                          freeze_embedding, inject] = RunSpec{};
 }
@@ -166,12 +166,15 @@ const std::vector<std::pair<std::string, std::function<void(RunSpec&)>>>& mutati
       {"data_path", [](RunSpec& s) { s.data_path = "corpus.jsonl"; }},
       {"tokens_path", [](RunSpec& s) { s.tokens_path = "ids.bin"; }},
       {"tokens_dtype", [](RunSpec& s) { s.tokens_dtype = TokenDtype::I32; }},
+      {"positions_path", [](RunSpec& s) { s.positions_path = "positions.npy"; }},
       {"clip_order", [](RunSpec& s) { s.clip_order = ClipOrder::PerRank; }},
       {"grad_norm_dtype", [](RunSpec& s) { s.grad_norm_dtype = GradNormDtype::BF16; }},
       {"grad_accum", [](RunSpec& s) { s.grad_accum = GradAccum::FP32; }},
       {"attn_res", [](RunSpec& s) { s.attn_res = AttnResImpl::Recompute; }},
       {"kda", [](RunSpec& s) { s.kda = KdaImpl::Chunked; }},
       {"documents", [](RunSpec& s) { s.documents = Documents::On; }},
+      {"bos_id", [](RunSpec& s) { s.bos_id = -1; }},  // none: a negative value survives
+      {"eos_id", [](RunSpec& s) { s.eos_id = 2147483647; }},  // the largest
       {"lr", [](RunSpec& s) { s.lr = 0.1 + 0.2; }},  // 0.30000000000000004: every digit kept
       {"warmup", [](RunSpec& s) { s.warmup = 0; }},
       {"lr_schedule", [](RunSpec& s) { s.lr_schedule = LrSchedule::Constant; }},

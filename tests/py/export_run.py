@@ -28,6 +28,10 @@ python3-numpy):
   export_run.py tokens TOKEN_FILE OUT_PREFIX
       the ids of a parity token file (32-byte header, then int32 ids) as OUT_PREFIX.u16.npy,
       OUT_PREFIX.i32.npy, OUT_PREFIX.i64.npy and a raw uint16 OUT_PREFIX.bin.
+  export_run.py positions TOKEN_FILE SEQ_LEN OUT_NPY
+      per-token positions for the same ids cut into windows of SEQ_LEN + 1 tokens (int64):
+      0 at each window's first token and after each EOS (id 2), else one more than the token
+      before, as a dataloader that restarts positions per document emits them.
   export_run.py small OUT_PREFIX
       a few small tensors of every float dtype, nested, as OUT_PREFIX.pt, OUT_PREFIX.safetensors
       and OUT_PREFIX.h5, and a few token ids as OUT_PREFIX.npy: the seeds of a fuzz pass.
@@ -162,6 +166,19 @@ def export_tokens(token_file, prefix):
     ids.astype("<u2").tofile(prefix + ".bin")
 
 
+def export_positions(token_file, seq_len, out):
+    with open(token_file, "rb") as f:
+        header = f.read(32)
+        (count,) = struct.unpack("<Q", header[8:16])
+        ids = np.frombuffer(f.read(4 * count), dtype="<i4")
+    width = seq_len + 1
+    pos = np.zeros(len(ids), dtype="<i8")
+    for i in range(len(ids)):
+        if i % width != 0 and ids[i - 1] != 2:
+            pos[i] = pos[i - 1] + 1
+    np.save(out, pos)
+
+
 def export_small(prefix):
     g = torch.Generator().manual_seed(5)
     grads = {"a.weight": torch.randn(3, 4, generator=g).to(torch.bfloat16),
@@ -184,5 +201,7 @@ if __name__ == "__main__":
         export_small(sys.argv[2])
     elif cmd == "tokens":
         export_tokens(sys.argv[2], sys.argv[3])
+    elif cmd == "positions":
+        export_positions(sys.argv[2], int(sys.argv[3]), sys.argv[4])
     else:
         sys.exit("unknown command " + cmd)

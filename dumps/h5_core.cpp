@@ -2,8 +2,10 @@
 // With h5_types.cpp, h5_file.cpp, h5_dataset.cpp and h5_attr.cpp, the only translation units
 // in the project that call the HDF5 C API (see h5.h for the contract and the schema).
 #include <filesystem>
+#include <stdexcept>
 
 #include "dumps/h5_detail.h"
+#include "spec/checked.h"
 
 namespace parity::h5 {
 
@@ -233,9 +235,9 @@ void ensure_parents(File& f, const Path& p, const Op& op) {
 }
 
 int64_t product(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
+  const auto n = spec::checked_numel(shape);
+  if (!n) throw std::overflow_error("shape " + shape_text(shape) + " holds more than 2^63 elements");
+  return *n;
 }
 
 

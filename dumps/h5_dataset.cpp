@@ -1,7 +1,10 @@
 // parity::h5 datasets and groups: write and read whole arrays, create, look up and list groups.
 #include <limits>
+#include <string>
 
 #include "dumps/h5_detail.h"
+#include "spec/checked.h"
+#include "spec/limits.h"
 
 namespace parity::h5 {
 
@@ -88,9 +91,19 @@ Array read(const File& file, const std::string& path) {
       a.shape.push_back(static_cast<int64_t>(dim));
     }
   }
-  const int64_t n = a.numel();
-  a.bytes.resize(static_cast<size_t>(n) * dtype_size(a.dtype));
-  if (n > 0) {
+  // The declared shape may promise far more than the file holds (a fill value, compression):
+  // count with overflow checks and budget the bytes before allocating any.
+  const auto n = spec::checked_numel(a.shape);
+  const auto bytes = n ? spec::checked_mul(*n, static_cast<int64_t>(dtype_size(a.dtype))) : n;
+  if (!bytes)
+    op.fail("dataset of shape " + shape_text(a.shape) + " has more elements than 64 bits count");
+  if (*bytes > spec::max_tensor_bytes())
+    op.fail("dataset of shape " + shape_text(a.shape) + " would take " + std::to_string(*bytes) +
+            " bytes in memory, past the limit of " + std::to_string(spec::max_tensor_bytes()) +
+            " per tensor; raise PARITY_MAX_TENSOR_BYTES if the file is trusted");
+  a.bytes.resize(static_cast<size_t>(*bytes));
+  const int64_t count = *n;
+  if (count > 0) {
     Handle mtype = memory_type(a.dtype, op);
     op(H5Dread(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, a.bytes.data()));
   }

@@ -24,4 +24,10 @@ constexpr int64_t kMaxTokenId = 2147483647;  // token ids are int32 (--bos-id, -
 // Threads (intra-op or comparison): at most 4 x the cores this machine has.
 int max_threads();
 
+// The most bytes one tensor read from a file may take in memory: 2 GiB, or the environment's
+// PARITY_MAX_TENSOR_BYTES (a positive integer). A file whose tensor would take more is refused
+// before anything is allocated: an HDF5 dataset's declared shape can promise far more than the
+// file holds (fill values, compression).
+int64_t max_tensor_bytes();
+
 }  // namespace parity::spec

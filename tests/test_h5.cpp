@@ -2,6 +2,8 @@
 // writes, error messages, and that h5dump reads the bf16 layout.
 #include "dumps/h5.h"
 
+#include <hdf5.h>
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -411,4 +413,51 @@ TEST_F(H5Test, H5dumpReadsBf16) {
   const int rc = ::pclose(pipe);
   ASSERT_EQ(rc, 0) << out;
   EXPECT_TRUE(contains(out, "(0): 1.5, -2, 3.14062")) << out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hostile declared shapes: a dataset that holds only its fill value costs the file a few
+// hundred bytes whatever shape it declares. Written with the HDF5 C API, as another program
+// would.
+
+namespace {
+
+void write_fill_only(const std::string& path, std::vector<hsize_t> dims, float fill) {
+  const hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  const hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+  const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  std::vector<hsize_t> chunk(dims.size(), 1024);
+  H5Pset_chunk(dcpl, static_cast<int>(chunk.size()), chunk.data());
+  H5Pset_fill_value(dcpl, H5T_NATIVE_FLOAT, &fill);
+  const hid_t d = H5Dcreate2(f, "/x", H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  ASSERT_GE(d, 0);
+  H5Dclose(d);
+  H5Pclose(dcpl);
+  H5Sclose(space);
+  H5Fclose(f);
+}
+
+}  // namespace
+
+// (2^32, 2^32) elements: the count 2^64 wrapped to 0 and two such files of different fill
+// values read as empty, hence equal (a false OK). Now the count is checked and the file refused.
+TEST_F(H5Test, ADeclaredShapePast64BitsIsRefusedNotReadAsEmpty) {
+  const std::string path = file("wrap.h5");
+  write_fill_only(path, {hsize_t{1} << 32, hsize_t{1} << 32}, 1.0f);
+  ASSERT_LT(std::filesystem::file_size(path), 100000u);
+  auto f = h5::File::open_read(path);
+  const std::string m = error_of([&] { h5::read(f, "/x"); });
+  EXPECT_NE(m.find("more elements than 64 bits count"), std::string::npos) << m;
+}
+
+// 10^10 float32 fill values: 40 GB promised by a file of a few KB. Refused against the
+// per-tensor budget before anything is allocated.
+TEST_F(H5Test, ADeclaredShapePastTheTensorBudgetIsRefusedBeforeAllocating) {
+  const std::string path = file("big.h5");
+  write_fill_only(path, {hsize_t{10000000000}}, 1.0f);
+  auto f = h5::File::open_read(path);
+  const std::string m = error_of([&] { h5::read(f, "/x"); });
+  EXPECT_NE(m.find("would take 40000000000 bytes in memory, past the limit"), std::string::npos)
+      << m;
 }

@@ -18,7 +18,18 @@ namespace {
 
 const char* kKinds = "a parity dump, a torch.save archive (zip), a safetensors file or an HDF5 file";
 
+// Opening a named pipe blocks until a writer comes, and a device never ends: refuse anything
+// that exists and is neither a regular file nor a directory, before opening it.
+void require_regular(const std::string& path) {
+  std::error_code ec;
+  const auto st = fs::status(path, ec);
+  if (!ec && fs::exists(st) && !fs::is_regular_file(st) && !fs::is_directory(st))
+    throw DumpError("'" + path + "' is not a regular file (a pipe, a device or a socket); copy "
+                    "what it holds to a file and give that");
+}
+
 std::string read_bytes(const std::string& path) {
+  require_regular(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw DumpError("cannot open '" + path + "'; check the path and its permissions");
   std::ostringstream s;
@@ -28,6 +39,7 @@ std::string read_bytes(const std::string& path) {
 }
 
 std::string head_bytes(const std::string& path, size_t n) {
+  require_regular(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw DumpError("cannot open '" + path + "'; check the path and its permissions");
   std::string s(n, '\0');

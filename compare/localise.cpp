@@ -10,6 +10,7 @@
 
 #include "compare/dump_compare.h"
 #include "compare/exact_math.h"
+#include "spec/limits.h"
 #include "compare/predicted.h"
 #include "dumps/dump.h"
 #include "dumps/ledger_dump.h"
@@ -96,7 +97,10 @@ RunShape run_shape(const dumps::Dump& d) {
   RunShape r;
   r.model = kernels::flavor(d.meta.at("flavor"));
   for (const auto& s : kernels::param_specs(r.model)) r.unit_of[s.fqn] = s.unit;
-  nlohmann::json cfg = nlohmann::json::parse(d.meta.at("config"), nullptr, false);
+  const std::string& text = d.meta.at("config");
+  nlohmann::json cfg = spec::json_depth(text) > spec::kMaxJsonDepth
+                           ? nlohmann::json()
+                           : nlohmann::json::parse(text, nullptr, false);
   r.pipelined = cfg.is_object() && cfg.value("trainer", "") == "pipelined";
   if (r.pipelined) {
     r.pp = std::stoi(cfg.value("pp", "1"));

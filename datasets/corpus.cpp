@@ -1,4 +1,5 @@
 #include "datasets/corpus.h"
+#include "spec/limits.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -149,6 +150,9 @@ std::vector<std::string> load_jsonl(const std::string& path) {
     const std::string where = path + ":" + std::to_string(line_no) + ": ";
     const std::string expected =
         "malformed JSONL line (expected an object with a string field \"text\")";
+    if (spec::json_depth(line) > spec::kMaxJsonDepth)
+      throw DataError(where + expected + ": the line nests more than " +
+                      std::to_string(spec::kMaxJsonDepth) + " deep");
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(line);

@@ -4,6 +4,7 @@
 
 #include "dumps/dump.h"
 #include "dumps/guard.h"
+#include "spec/limits.h"
 
 namespace parity::dumps {
 
@@ -16,9 +17,14 @@ void merge_file(const std::string& path, int64_t step, StepLedger& out) {
   const auto g = ledger_group(step);
   if (!h5::exists(f, g + "/index.json")) return;
   const auto raw = h5::read(f, g + "/index.json");
+  const std::string text(raw.bytes.begin(), raw.bytes.end());
+  if (spec::json_depth(text) > spec::kMaxJsonDepth)
+    throw DumpError("'" + path + "': the ledger index of step " + std::to_string(step) +
+                    " nests more than " + std::to_string(spec::kMaxJsonDepth) +
+                    " deep (parity writes 3); regenerate the dump with --ledger");
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(std::string(raw.bytes.begin(), raw.bytes.end()));
+    j = nlohmann::json::parse(text);
   } catch (const std::exception& e) {
     throw DumpError("'" + path + "': the ledger index of step " + std::to_string(step) +
                     " is not valid JSON (" + e.what() + "); regenerate the dump with --ledger");

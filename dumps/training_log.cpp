@@ -1,5 +1,8 @@
 #include "dumps/training_log.h"
 
+#include "spec/checked.h"
+#include "spec/limits.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -10,8 +13,8 @@
 #include <fstream>
 #include <limits>
 #include <map>
-#include <regex>
 #include <sstream>
+#include <string_view>
 
 
 namespace parity::dumps {
@@ -24,9 +27,40 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
   throw LogError("log '" + path + "': " + what);
 }
 
-std::string strip_colour(const std::string& line) {
-  static const std::regex ansi("\x1b\\[[0-9;]*m");
-  return line.find('\x1b') == std::string::npos ? line : std::regex_replace(line, ansi, "");
+// The lines are scanned by hand, not with std::regex: libstdc++'s matcher recurses once per
+// character a quantifier consumes, so a line of some 30 KB of spaces or digits overflowed the
+// stack. Each scanner below reads a line once per candidate keyword and never backs up further,
+// so the work is linear in the line's length for any content.
+
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\f' || c == '\v'; }
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+size_t skip_spaces(std::string_view s, size_t i) {
+  while (i < s.size() && is_space(s[i])) ++i;
+  return i;
+}
+
+size_t skip_digits(std::string_view s, size_t i) {
+  while (i < s.size() && is_digit(s[i])) ++i;
+  return i;
+}
+
+// The line without ANSI colour codes (ESC [ digits-and-semicolons m).
+std::string strip_colour(std::string_view line) {
+  std::string out;
+  out.reserve(line.size());
+  for (size_t i = 0; i < line.size();) {
+    if (line[i] == '\x1b' && i + 1 < line.size() && line[i + 1] == '[') {
+      size_t j = i + 2;
+      while (j < line.size() && (is_digit(line[j]) || line[j] == ';')) ++j;
+      if (j < line.size() && line[j] == 'm') {
+        i = j + 1;
+        continue;
+      }
+    }
+    out += line[i++];
+  }
+  return out;
 }
 
 // A whole token as a number: decimal, exponent, or nan / inf (a log prints those too).
@@ -38,50 +72,91 @@ bool parse_number(const std::string& s, double& out) {
   return end == s.c_str() + s.size() && errno != ERANGE;
 }
 
-bool parse_step(const std::string& s, int64_t& out) {
-  if (s.empty() || s.size() > 12 || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) return false;
-  out = std::stoll(s);
+bool parse_step(std::string_view s, int64_t& out) {
+  if (s.empty() || s.size() > 12 || !std::all_of(s.begin(), s.end(), is_digit)) return false;
+  out = std::stoll(std::string(s));
   return true;
 }
 
-const char* kNumber = "([-+]?(?:[0-9]+\\.?[0-9]*(?:[eE][-+]?[0-9]+)?|nan|inf|NaN|Inf))";
-
-// torchtitan's metrics line.
-bool torchtitan_line(const std::string& line, LoggedStep& s, bool& has_norm) {
-  if (line.find("step:") == std::string::npos || line.find("loss:") == std::string::npos)
-    return false;
-  static const std::regex re(std::string("(^|[^a-z_])step:\\s*([0-9]+)\\s+loss:\\s*") + kNumber);
-  static const std::regex norm(std::string("grad_norm:\\s*") + kNumber);
-  std::smatch m;
-  if (!std::regex_search(line, m, re)) return false;
-  const std::string before = line.substr(0, static_cast<size_t>(m.position(0)) + m[1].length());
-  if (before.size() >= 9 && before.compare(before.size() - 9, 9, "validate ") == 0) return false;
-  if (!parse_step(m[2], s.step) || !parse_number(m[3], s.loss)) return false;
-  std::smatch n;
-  const std::string rest = m.suffix();
-  has_norm = std::regex_search(rest, n, norm) && parse_number(n[1], s.grad_norm);
-  if (!has_norm) s.grad_norm = kNaN;
-  return true;
+// The longest number starting at s[i]: [-+]? then digits [. digits] [e [-+] digits], or one of
+// nan, inf, NaN, Inf. Returns its end, or i where there is none.
+size_t number_end(std::string_view s, size_t i) {
+  size_t j = i;
+  if (j < s.size() && (s[j] == '-' || s[j] == '+')) ++j;
+  if (j < s.size() && is_digit(s[j])) {
+    j = skip_digits(s, j);
+    if (j < s.size() && s[j] == '.') j = skip_digits(s, j + 1);
+    if (j < s.size() && (s[j] == 'e' || s[j] == 'E')) {
+      size_t k = j + 1;
+      if (k < s.size() && (s[k] == '-' || s[k] == '+')) ++k;
+      if (k < s.size() && is_digit(s[k])) j = skip_digits(s, k);
+    }
+    return j;
+  }
+  for (const char* word : {"nan", "inf", "NaN", "Inf"})
+    if (s.compare(j, 3, word) == 0) return j + 3;
+  return i;
 }
 
-// Megatron-LM's console line.
-bool megatron_line(const std::string& line, LoggedStep& s, bool& has_norm) {
-  if (line.find("iteration") == std::string::npos || line.find("lm loss:") == std::string::npos)
+// The number after the first `key` (then optional spaces) that is followed by one, parsed.
+bool number_after(std::string_view s, std::string_view key, double& out) {
+  for (size_t at = s.find(key); at != std::string_view::npos; at = s.find(key, at + 1)) {
+    const size_t b = skip_spaces(s, at + key.size()), e = number_end(s, b);
+    if (e > b) return parse_number(std::string(s.substr(b, e - b)), out);
+  }
+  return false;
+}
+
+// torchtitan's metrics line: "step: N  loss: L ... grad_norm: G", where "step:" is not the
+// tail of a longer word and the line is not a validation line ("validate step: ...").
+bool torchtitan_line(std::string_view line, LoggedStep& s, bool& has_norm) {
+  if (line.find("step:") == std::string_view::npos || line.find("loss:") == std::string_view::npos)
     return false;
-  static const std::regex it("iteration\\s+([0-9]+)\\s*/\\s*[0-9]+");
-  static const std::regex loss(std::string("lm loss:\\s*") + kNumber);
-  static const std::regex norm(std::string("grad norm:\\s*") + kNumber);
-  std::smatch a, b, c;
-  if (!std::regex_search(line, a, it) || !std::regex_search(line, b, loss)) return false;
-  if (!parse_step(a[1], s.step) || !parse_number(b[1], s.loss)) return false;
-  has_norm = std::regex_search(line, c, norm) && parse_number(c[1], s.grad_norm);
+  for (size_t at = line.find("step:"); at != std::string_view::npos; at = line.find("step:", at + 1)) {
+    if (at > 0 && ((line[at - 1] >= 'a' && line[at - 1] <= 'z') || line[at - 1] == '_')) continue;
+    const size_t step_begin = skip_spaces(line, at + 5), step_end = skip_digits(line, step_begin);
+    if (step_end == step_begin) continue;
+    const size_t loss_at = skip_spaces(line, step_end);
+    if (loss_at == step_end || line.compare(loss_at, 5, "loss:") != 0) continue;
+    const size_t loss_begin = skip_spaces(line, loss_at + 5), loss_end = number_end(line, loss_begin);
+    if (loss_end == loss_begin) continue;
+    // The first such match decides, as a search would.
+    if (at >= 9 && line.substr(at - 9, 9) == "validate ") return false;
+    if (!parse_step(line.substr(step_begin, step_end - step_begin), s.step) ||
+        !parse_number(std::string(line.substr(loss_begin, loss_end - loss_begin)), s.loss))
+      return false;
+    has_norm = number_after(line.substr(loss_end), "grad_norm:", s.grad_norm);
+    if (!has_norm) s.grad_norm = kNaN;
+    return true;
+  }
+  return false;
+}
+
+// Megatron-LM's console line: "iteration N/ M | ... lm loss: L | ... grad norm: G".
+bool megatron_line(std::string_view line, LoggedStep& s, bool& has_norm) {
+  if (line.find("iteration") == std::string_view::npos || line.find("lm loss:") == std::string_view::npos)
+    return false;
+  bool found = false;
+  for (size_t at = line.find("iteration"); at != std::string_view::npos && !found;
+       at = line.find("iteration", at + 1)) {
+    const size_t b = skip_spaces(line, at + 9), e = skip_digits(line, b);
+    if (b == at + 9 || e == b) continue;
+    const size_t slash = skip_spaces(line, e);
+    if (slash >= line.size() || line[slash] != '/') continue;
+    const size_t total = skip_spaces(line, slash + 1);
+    if (skip_digits(line, total) == total) continue;
+    if (!parse_step(line.substr(b, e - b), s.step)) return false;
+    found = true;
+  }
+  if (!found || !number_after(line, "lm loss:", s.loss)) return false;
+  has_norm = number_after(line, "grad norm:", s.grad_norm);
   if (!has_norm) s.grad_norm = kNaN;
   return true;
 }
 
 // "STEP LOSS [GRAD_NORM]".
-bool loss_file_line(const std::string& line, LoggedStep& s, bool& has_norm) {
-  std::istringstream in(line);
+bool loss_file_line(std::string_view line, LoggedStep& s, bool& has_norm) {
+  std::istringstream in{std::string(line)};
   std::string a, b, c, extra;
   if (!(in >> a >> b)) return false;
   in >> c >> extra;
@@ -99,12 +174,14 @@ double json_number(const nlohmann::json& v) {
     double d = 0;
     if (parse_number(v.get<std::string>(), d)) return d;
   }
-  throw std::runtime_error("not a number: " + v.dump());
+  // The type only: printing the value itself recurses once per level of its nesting.
+  throw std::runtime_error(std::string("not a number (a ") + v.type_name() + ")");
 }
 
 // parity's metrics line; the hex fields are the exact values.
-bool parity_line(const std::string& line, LoggedStep& s) {
-  const auto j = nlohmann::json::parse(line, nullptr, false);
+bool parity_line(std::string_view line, LoggedStep& s) {
+  if (spec::json_depth(line) > spec::kMaxJsonDepth) return false;
+  const auto j = nlohmann::json::parse(line.begin(), line.end(), nullptr, false);
   if (!j.is_object() || !j.contains("step") || !j.contains("loss") || !j["step"].is_number_integer())
     return false;
   s.step = j["step"].get<int64_t>();
@@ -137,11 +214,21 @@ std::map<int64_t, double> golden_series(const std::string& path, const nlohmann:
         out[step] = json_number(v);
       }
     } else if (values.is_array()) {
-      const int64_t start = m.at("start_step").get<int64_t>();
-      const int64_t every = m.at("step_interval").get<int64_t>();
-      if (every <= 0) throw std::runtime_error("step_interval must be positive");
-      for (size_t i = 0; i < values.size(); ++i)
-        out[start + static_cast<int64_t>(i) * every + 1] = json_number(values[i]);
+      const auto& first = m.at("start_step");
+      const auto& interval = m.at("step_interval");
+      if (!first.is_number_integer() || !interval.is_number_integer() ||
+          first.get<int64_t>() < 0 || interval.get<int64_t>() <= 0)
+        throw std::runtime_error("start_step must be an integer >= 0 and step_interval one > 0");
+      const int64_t start = first.get<int64_t>(), every = interval.get<int64_t>();
+      for (size_t i = 0; i < values.size(); ++i) {
+        // The logged step start + i * every + 1, refused where it does not fit in 64 bits.
+        const auto offset = spec::checked_mul(static_cast<int64_t>(i), every);
+        const auto step = offset ? spec::checked_add(start, *offset) : std::nullopt;
+        if (!step || *step == INT64_MAX)
+          throw std::runtime_error("value " + std::to_string(i) + " falls at a step past 2^63 (start_step " +
+                                   std::to_string(start) + ", step_interval " + std::to_string(every) + ")");
+        out[*step + 1] = json_number(values[i]);
+      }
     } else {
       throw std::runtime_error("\"values\" is neither an object nor a list");
     }
@@ -183,6 +270,12 @@ TrainingLog read_training_log(const std::string& path) {
   if (!std::filesystem::exists(path, ec))
     fail(path, "does not exist; give a training log, loss file or golden-values file");
   if (!std::filesystem::is_regular_file(path, ec)) fail(path, "is not a file");
+  const auto bytes = std::filesystem::file_size(path, ec);
+  if (!ec && bytes > static_cast<uintmax_t>(spec::kMaxTextBytes))
+    fail(path, "is " + std::to_string(bytes) + " bytes, more than the " +
+                   std::to_string(spec::kMaxTextBytes) +
+                   " parity reads as a log; cut it to the steps to compare (a step's line is "
+                   "some 100 bytes)");
   std::ifstream in(path, std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
@@ -194,6 +287,9 @@ TrainingLog read_training_log(const std::string& path) {
   const auto first = text.find_first_not_of(" \t\r\n");
   if (first == std::string::npos) fail(path, "is empty: no training steps");
   if (text[first] == '{') {
+    if (spec::json_depth(text) > spec::kMaxJsonDepth)
+      fail(path, "holds JSON nested more than " + std::to_string(spec::kMaxJsonDepth) +
+                     " deep (golden values nest 3 deep, a metrics line 1); the file is damaged or not a log");
     const auto j = nlohmann::json::parse(text, nullptr, false);
     if (!j.is_discarded() && j.is_object()) return read_golden(path, j);
   }
@@ -206,12 +302,18 @@ TrainingLog read_training_log(const std::string& path) {
   std::vector<std::pair<std::string, LoggedStep>> found;
   std::map<std::string, bool> norms;
   int64_t other = 0, first_other = 0, n = 0;
-  std::istringstream lines(text);
-  for (std::string raw; std::getline(lines, raw);) {
+  std::string uncoloured;
+  for (size_t at = 0; at < text.size();) {
+    const size_t eol = std::min(text.find('\n', at), text.size());
+    std::string_view line(text.data() + at, eol - at);
+    at = eol + 1;
     ++n;
-    if (!raw.empty() && raw.back() == '\r') raw.pop_back();
-    const std::string line = strip_colour(raw);
-    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.find('\x1b') != std::string_view::npos) {
+      uncoloured = strip_colour(line);
+      line = uncoloured;
+    }
+    if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
     LoggedStep s;
     s.line = n;
     bool has_norm = false;

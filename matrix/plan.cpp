@@ -10,6 +10,7 @@
 
 #include "dumps/temp_files.h"
 #include "harness/errors.h"
+#include "spec/limits.h"
 #include "matrix/cells.h"
 #include "matrix/judge.h"
 #include "matrix/reports.h"
@@ -49,7 +50,10 @@ json read_plan(const std::string& dir) {
   if (!in)
     throw harness::UsageError("'" + dir + "' holds no plan.json: `parity matrix plan FILE --out " + dir +
                      "` writes one");
-  json j = json::parse(in, nullptr, false);
+  std::stringstream text;
+  text << in.rdbuf();
+  json j = spec::json_depth(text.str()) > spec::kMaxJsonDepth ? json(nullptr)
+                                                              : json::parse(text.str(), nullptr, false);
   if (j.is_discarded() || !j.is_object() || j.value("plan_version", 0) != kPlanVersion ||
       !j.contains("result") || !j.contains("fingerprint"))
     throw harness::UsageError("'" + p.string() + "' is not a plan parity wrote (or a newer one); plan "

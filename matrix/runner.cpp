@@ -194,6 +194,7 @@ void collect(CellResult& c, const fs::path& dir) {
       break;  // a line cut short by a crash: keep the steps before it
     }
   }
+  reports::sort_steps(c.steps);
   std::ifstream sin(dir / "summary.json");
   if (!sin) return;
   try {

@@ -16,6 +16,7 @@
 
 #include "reports/drift.h"
 #include "reports/matrix.h"
+#include "spec/limits.h"
 
 namespace parity::reports {
 
@@ -179,6 +180,9 @@ std::vector<HistoryEntry> read_history(const std::string& path, int last) {
     ++number;
     if (blank(line)) continue;
     const std::string where = path + ":" + std::to_string(number) + ": ";
+    if (spec::json_depth(line) > spec::kMaxJsonDepth)
+      throw MatrixError(where + "malformed history line (it nests more than " +
+                        std::to_string(spec::kMaxJsonDepth) + " deep); remove or fix the line");
     try {
       entries.push_back(entry_from_json(json::parse(line)));
     } catch (const json::exception& ex) {

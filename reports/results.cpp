@@ -1,8 +1,11 @@
 #include "reports/results.h"
+#include "spec/limits.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 namespace parity::reports {
 
@@ -10,9 +13,10 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 const StepPoint* CellResult::at(int64_t step) const {
-  for (const auto& s : steps)
-    if (s.step == step) return &s;
-  return nullptr;
+  // A binary search: a drift over a log of 2 million steps looks up each of them.
+  const auto it = std::lower_bound(steps.begin(), steps.end(), step,
+                                   [](const StepPoint& s, int64_t k) { return s.step < k; });
+  return it != steps.end() && it->step == step ? &*it : nullptr;
 }
 
 const CellResult* MatrixResult::find(const std::string& name) const {
@@ -31,6 +35,11 @@ bool MatrixResult::gates_ok() const {
   for (const auto& c : cells)
     if (!c.gate.passed) return false;
   return true;
+}
+
+void sort_steps(std::vector<StepPoint>& steps) {
+  std::stable_sort(steps.begin(), steps.end(),
+                   [](const StepPoint& a, const StepPoint& b) { return a.step < b.step; });
 }
 
 namespace {
@@ -178,6 +187,7 @@ CellResult cell_result_from(const json& j) {
   for (const auto& s : j.at("steps"))
     c.steps.push_back({s.at("step"), s.at("loss"), s.at("grad_norm"), s.at("loss_hex"),
                        s.at("grad_norm_hex"), s.at("seconds")});
+  sort_steps(c.steps);
   const auto& d = j.at("step1");
   c.step1.have = d.at("have");
   c.step1.why_not = d.at("why_not");
@@ -258,9 +268,14 @@ MatrixResult read_results(const std::string& dir) {
   if (!in)
     throw MatrixError("'" + dir + "' holds no results.json: no matrix run wrote there; run "
                       "`parity matrix run FILE --out " + dir + "` first");
+  std::stringstream text;
+  text << in.rdbuf();
+  if (spec::json_depth(text.str()) > spec::kMaxJsonDepth)
+    throw MatrixError(p.string() + ": nests more than " + std::to_string(spec::kMaxJsonDepth) +
+                      " deep (parity writes 5); rerun the matrix");
   json j;
   try {
-    j = json::parse(in);
+    j = json::parse(text.str());
   } catch (const json::exception& e) {
     throw MatrixError(p.string() + ": not valid JSON (" + e.what() + "); rerun the matrix");
   }

@@ -62,7 +62,7 @@ struct CellResult {
   double seconds_per_step = 0;  // median over the logged steps
   int64_t tokens_per_step = 0;
   int64_t bytes_forward_per_mb = -1, bytes_backward_per_mb = -1;  // pipelined; -1 otherwise
-  std::vector<StepPoint> steps;
+  std::vector<StepPoint> steps;  // ascending in step (sort_steps), so at() can bisect
   Step1Diff step1;
   Verdicts verdicts;
   GateResult gate;
@@ -72,6 +72,9 @@ struct CellResult {
   bool ok() const { return status == "ok"; }
   const StepPoint* at(int64_t step) const;  // null when not logged
 };
+
+// Orders a cell's steps by step number, keeping equal steps in their order.
+void sort_steps(std::vector<StepPoint>& steps);
 
 struct MatrixResult {
   std::string matrix;      // its name

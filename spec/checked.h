@@ -22,11 +22,15 @@ inline std::optional<int64_t> checked_add(int64_t a, int64_t b) {
 }
 
 // The element count of a shape whose dims are all >= 0; nullopt past int64 or on a negative
-// dim. The empty shape (a scalar) counts 1.
+// dim. The empty shape (a scalar) counts 1, and a shape with a 0 dim counts 0 whatever its
+// other dims ((2^40, 2^40, 0) is a valid empty tensor, not an overflow).
 inline std::optional<int64_t> checked_numel(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
   for (const int64_t d : shape) {
     if (d < 0) return std::nullopt;
+    if (d == 0) return 0;
+  }
+  int64_t n = 1;
+  for (const int64_t d : shape) {
     const auto m = checked_mul(n, d);
     if (!m) return std::nullopt;
     n = *m;

@@ -1,5 +1,6 @@
 #include "spec/limits.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -12,6 +13,28 @@ namespace parity::spec {
 int max_threads() {
   const unsigned cores = std::thread::hardware_concurrency();
   return 4 * static_cast<int>(cores > 0 ? cores : 1);
+}
+
+int64_t json_depth(std::string_view text, int64_t stop_after) {
+  int64_t depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > stop_after) return deepest;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
 }
 
 int64_t max_tensor_bytes() {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 namespace parity::spec {
 
@@ -29,5 +30,19 @@ int max_threads();
 // before anything is allocated: an HDF5 dataset's declared shape can promise far more than the
 // file holds (fill values, compression).
 int64_t max_tensor_bytes();
+
+// The deepest a JSON document read from a file may nest (objects and arrays): every format
+// parity reads nests 4 deep at most. A deeper one is refused before it is parsed, since
+// building, copying or printing a JSON value recurses once per level.
+constexpr int64_t kMaxJsonDepth = 64;
+
+// The nesting depth of the JSON text `text` (0 for a scalar), counted by one scan without
+// recursion: brackets inside strings are skipped. The scan stops once the depth passes
+// `stop_after`, so a hostile file costs no more than its length.
+int64_t json_depth(std::string_view text, int64_t stop_after = kMaxJsonDepth);
+
+// The largest text file parity reads whole (a training log, a metrics file, golden values, a
+// results or history file): 1 GiB, some 15 million logged steps.
+constexpr int64_t kMaxTextBytes = int64_t{1} << 30;
 
 }  // namespace parity::spec

@@ -186,5 +186,65 @@ TEST_F(TrainingLogs, RefusalsNameTheFileTheLineAndTheRemedy) {
   }
 }
 
+// Lines of 100,000 spaces, digits or colour codes: each overflowed the stack inside std::regex
+// (its matcher recursed once per character a quantifier consumed). The scanners read them in
+// one pass, with the values the short forms of the same lines give.
+TEST_F(TrainingLogs, LongLinesAreScannedInOnePassExact) {
+  const std::string spaces(100000, ' '), digits(100000, '7'), esc = "\x1b";
+  std::string colour = esc + "[";
+  for (int i = 0; i < 50000; ++i) colour += "0;";
+  colour += "m";
+
+  const auto titan = read_training_log(write(
+      "titan.log", "[rank0]: step:" + spaces + "1  loss:" + spaces + "8.25000  grad_norm:" + spaces +
+                       "1.5000\n" + colour + "step:  2  loss:  7.75000" + esc + "[39m\n" +
+                       "step: " + digits + "  loss: 1.0\n" + "not a step " + digits + "\n"));
+  ASSERT_EQ(titan.format, "torchtitan");
+  ASSERT_EQ(titan.steps.size(), 2u);
+  EXPECT_EQ(titan.steps[0].step, 1);
+  EXPECT_EQ(titan.steps[0].loss, 8.25);
+  EXPECT_EQ(titan.steps[0].grad_norm, 1.5);
+  EXPECT_EQ(titan.steps[1].step, 2);
+  EXPECT_EQ(titan.steps[1].loss, 7.75);
+
+  const auto mega = read_training_log(write(
+      "mega.log", " [2026-01-02 10:00:00] iteration" + spaces + "3/" + spaces +
+                      "10 | lm loss:" + spaces + "6.500000E+00 | grad norm:" + spaces + "2.250 |\n" +
+                      colour + " iteration        4/      10 | lm loss: 6.250000E+00 |\n"));
+  ASSERT_EQ(mega.format, "megatron");
+  ASSERT_EQ(mega.steps.size(), 2u);
+  EXPECT_EQ(mega.steps[0].step, 3);
+  EXPECT_EQ(mega.steps[0].loss, 6.5);
+  EXPECT_EQ(mega.steps[0].grad_norm, 2.25);
+  EXPECT_EQ(mega.steps[1].step, 4);
+  EXPECT_EQ(mega.steps[1].loss, 6.25);
+}
+
+// JSON nested 100,000 deep, in golden values and in a metrics line: parsing it succeeded and
+// printing it for the error message then recursed once per level (SIGSEGV). Refused before
+// parsing.
+TEST_F(TrainingLogs, DeeplyNestedJsonIsRefusedBeforeParsing) {
+  const std::string open(100000, '['), close(100000, ']');
+  expect_refused("{\"lm loss\": {\"values\": {\"1\": " + open + close + "}}}", "nested more than 64 deep");
+  expect_refused("{\"step\": 1, \"loss\": 8.0}\n{\"step\": 2, \"loss\": " + open + close + "}\n",
+                 "nested more than 64 deep");
+  // 64 deep is within the limit: the metrics line is refused for its value, not its depth.
+  expect_refused("{\"step\": 1, \"loss\": 8.0}\n{\"step\": 2, \"loss\": " + std::string(63, '[') +
+                     std::string(63, ']') + "}\n",
+                 "line 2 is not a parity metrics line");
+}
+
+// Golden values whose start_step + i * step_interval passes 2^63 were undefined behaviour
+// (a signed overflow); now a refusal naming the value.
+TEST_F(TrainingLogs, GoldenStepsPastTwoToThe63AreRefused) {
+  expect_refused(R"({"lm loss": {"start_step": 9223372036854775000, "end_step": 0, "step_interval": 1000,
+                     "values": [8.0, 7.0]}})",
+                 "value 1 falls at a step past 2^63");
+  expect_refused(R"({"lm loss": {"start_step": 0, "step_interval": 9223372036854775807, "values": [8.0, 7.0]}})",
+                 "value 1 falls at a step past 2^63");
+  expect_refused(R"({"lm loss": {"start_step": -5, "step_interval": 1, "values": [8.0]}})",
+                 "start_step must be an integer >= 0");
+}
+
 }  // namespace
 }  // namespace parity::dumps

@@ -11,9 +11,9 @@
 // damaged or hostile file gives a DumpError naming the file and the tensor, never a crash.
 //
 // [Note: safetensors duplicate names] JSON allows a key twice; nlohmann keeps only one of them,
-// which would silently drop a tensor. The parse callback sees every key as the lexer reads it
-// and refuses the second one, at any depth (a tensor named twice, an entry with two "dtype"s,
-// a metadata key twice).
+// which would silently drop a tensor. A first pass over the header's parse events sees every
+// key as the lexer reads it and refuses the second one, at any depth (a tensor named twice, an
+// entry with two "dtype"s, a metadata key twice).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -27,6 +27,8 @@
 
 #include "dumps/dump.h"
 #include "dumps/tensor_file.h"
+#include "spec/checked.h"
+#include "spec/limits.h"
 
 namespace parity::dumps {
 
@@ -114,51 +116,92 @@ struct Entry {
   uint64_t begin = 0, end = 0;
 };
 
-// The header text as JSON. Refuses bad JSON, a header that is not an object, and any key
-// given twice ([Note: safetensors duplicate names]). `order` receives each top-level key's
-// place in the header.
-json parse_header(const std::string& source, const char* first, const char* last,
-                  std::unordered_map<std::string, size_t>& order) {
-  std::vector<std::set<std::string>> open;  // the keys seen in each open object, innermost last
-  std::string top;                          // the top-level key being read
-  bool started = false, root_is_object = false;
-  auto on_event = [&](int /*depth*/, json::parse_event_t event, json& parsed) {
-    if (!started) {
-      started = true;
-      root_is_object = event == json::parse_event_t::object_start;
-    }
-    switch (event) {
-      case json::parse_event_t::object_start:
-        open.emplace_back();
-        break;
-      case json::parse_event_t::object_end:
-        if (!open.empty()) open.pop_back();
-        break;
-      case json::parse_event_t::key: {
-        const auto& k = parsed.get_ref<const std::string&>();
-        if (root_is_object && open.size() == 1) {
-          if (!order.emplace(k, order.size()).second)
-            fail(source, (k == kMetadataKey ? std::string(kMetadataKey) : "tensor " + in_quotes(k)) +
-                             " appears twice in the header; " + remedy());
-          top = k;
-          break;
-        }
-        if (!open.empty() && !open.back().insert(k).second)
-          fail(source, "key " + in_quotes(k) + " appears twice in " +
-                           (!root_is_object       ? std::string("an object of the header")
-                            : top == kMetadataKey ? std::string(kMetadataKey)
-                                                  : "the header entry of tensor " + in_quotes(top)) +
-                           "; " + remedy());
-        break;
-      }
-      default:
-        break;
+// Refuses any key given twice ([Note: safetensors duplicate names]) and any nesting deeper
+// than spec::kMaxJsonDepth, reading the header once through nlohmann's event interface (which
+// keeps its own stack, no recursion). `order` receives each top-level key's place. Returns
+// false, leaving the message to the DOM parse, where the text is not JSON.
+class HeaderKeys {
+ public:
+  HeaderKeys(const std::string& source, std::unordered_map<std::string, size_t>& order)
+      : source_(source), order_(order) {}
+
+  bool null() { return value(); }
+  bool boolean(bool) { return value(); }
+  bool number_integer(json::number_integer_t) { return value(); }
+  bool number_unsigned(json::number_unsigned_t) { return value(); }
+  bool number_float(json::number_float_t, const std::string&) { return value(); }
+  bool string(std::string&) { return value(); }
+  bool binary(json::binary_t&) { return value(); }
+  bool start_object(std::size_t) {
+    if (!open(true)) return false;
+    keys_.emplace_back();
+    return true;
+  }
+  bool end_object() {
+    keys_.pop_back();
+    return close();
+  }
+  bool start_array(std::size_t) { return open(false); }
+  bool end_array() { return close(); }
+  bool parse_error(std::size_t, const std::string&, const json::exception&) { return false; }
+
+  bool key(std::string& k) {
+    if (root_is_object_ && objects_.size() == 1) {
+      if (!order_.emplace(k, order_.size()).second)
+        fail(source_, (k == kMetadataKey ? std::string(kMetadataKey) : "tensor " + in_quotes(k)) +
+                          " appears twice in the header; " + remedy());
+      top_ = k;
+    } else if (!keys_.back().insert(k).second) {
+      fail(source_, "key " + in_quotes(k) + " appears twice in " +
+                        (!root_is_object_       ? std::string("an object of the header")
+                         : top_ == kMetadataKey ? std::string(kMetadataKey)
+                                                : "the header entry of tensor " + in_quotes(top_)) +
+                        "; " + remedy());
     }
     return true;
-  };
+  }
+
+ private:
+  bool value() {
+    started_ = true;
+    return true;
+  }
+  bool open(bool object) {
+    if (!started_) root_is_object_ = object;
+    started_ = true;
+    objects_.push_back(object);
+    if (static_cast<int64_t>(objects_.size()) > spec::kMaxJsonDepth)
+      fail(source_, "the header nests more than " + std::to_string(spec::kMaxJsonDepth) +
+                        " deep (a safetensors header nests 3 deep); the file is damaged or not a "
+                        "safetensors file");
+    return true;
+  }
+  bool close() {
+    objects_.pop_back();
+    return true;
+  }
+
+  const std::string& source_;
+  std::unordered_map<std::string, size_t>& order_;
+  std::vector<bool> objects_;                // the open arrays (false) and objects (true)
+  std::vector<std::set<std::string>> keys_;  // the keys seen in each open object
+  std::string top_;                          // the top-level key being read
+  bool started_ = false, root_is_object_ = false;
+};
+
+// The header text as JSON. Refuses bad JSON, a header that is not an object, nesting past
+// the limit and any key given twice. Both passes are linear in the header's length: parsing
+// with nlohmann's callback instead rescans the parent object after every entry (200,000
+// tensors took minutes).
+json parse_header(const std::string& source, const char* first, const char* last,
+                  std::unordered_map<std::string, size_t>& order) {
+  HeaderKeys keys(source, order);
+  const bool well_formed = json::sax_parse(first, last, &keys);
   json header;
   try {
-    header = json::parse(first, last, on_event);
+    // Where the events stopped, the DOM parse throws the parse error with its place.
+    header = json::parse(first, last);
+    if (!well_formed) throw std::logic_error("the header's parse events stopped early");
   } catch (const json::exception& e) {
     // e.what() is "[json.exception.parse_error.101] parse error at line 1, column 9: ...".
     std::string why = e.what();
@@ -212,19 +255,20 @@ Entry check_entry(const std::string& source, const std::string& name, const json
 
   const auto& shape = e.at("shape");
   if (!shape.is_array()) fail(source, who + " has a shape that is not an array: " + shown(shape));
-  int64_t numel = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
     uint64_t dim = 0;
     if (!as_count(shape[i], dim))
       fail(source, who + " has shape entry " + shown(shape[i]) + " at index " + std::to_string(i) +
                        ": dims are non-negative integers; " + remedy());
-    if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
-        (dim != 0 && numel > std::numeric_limits<int64_t>::max() / static_cast<int64_t>(dim)))
-      fail(source, who + " has shape " + shown(shape) +
-                       " whose element count does not fit in 64 bits; the header is damaged");
+    if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      fail(source, who + " has shape " + shown(shape) + " with a dim past 2^63; the header is damaged");
     out.shape.push_back(static_cast<int64_t>(dim));
-    numel *= static_cast<int64_t>(dim);
   }
+  const auto count = spec::checked_numel(out.shape);
+  if (!count)
+    fail(source, who + " has shape " + shown(shape) +
+                     " whose element count does not fit in 64 bits; the header is damaged");
+  const int64_t numel = *count;
 
   const auto& offsets = e.at("data_offsets");
   if (!offsets.is_array() || offsets.size() != 2 || !as_count(offsets[0], out.begin) ||
@@ -300,15 +344,26 @@ std::vector<NamedArray> read_safetensors(const std::string& source, const std::s
     if (a.end != b.end) return a.end < b.end;
     return a.header_index < b.header_index;
   });
-  for (size_t i = 1; i < entries.size(); ++i) {
-    const auto& prev = entries[i - 1];
+  // The tensors tile the buffer exactly, as the reference implementation requires: each
+  // starts where the one before ends, the first at 0, and the last ends at the file's end.
+  uint64_t covered = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
     const auto& cur = entries[i];
-    if (cur.begin < prev.end)
-      fail(source, "tensors " + in_quotes(prev.name) + " (bytes [" + std::to_string(prev.begin) +
-                       ", " + std::to_string(prev.end) + ")) and " + in_quotes(cur.name) +
-                       " (bytes [" + std::to_string(cur.begin) + ", " + std::to_string(cur.end) +
-                       ")) overlap in the buffer; " + remedy());
+    if (cur.begin < covered)
+      fail(source, "tensors " + in_quotes(entries[i - 1].name) + " (bytes [" +
+                       std::to_string(entries[i - 1].begin) + ", " + std::to_string(entries[i - 1].end) +
+                       ")) and " + in_quotes(cur.name) + " (bytes [" + std::to_string(cur.begin) +
+                       ", " + std::to_string(cur.end) + ")) overlap in the buffer; " + remedy());
+    if (cur.begin > covered)
+      fail(source, "bytes [" + std::to_string(covered) + ", " + std::to_string(cur.begin) +
+                       ") of the buffer belong to no tensor (before tensor " + in_quotes(cur.name) +
+                       "); the header is wrong or the file was altered; " + remedy());
+    covered = cur.end;
   }
+  if (covered != buffer_size)
+    fail(source, std::to_string(buffer_size - covered) + " bytes follow the last tensor's data (the buffer is " +
+                     std::to_string(buffer_size) + " bytes, the tensors end at " + std::to_string(covered) +
+                     "); the file was altered or is not one safetensors file; " + remedy());
 
   std::vector<NamedArray> out;
   out.reserve(entries.size());

@@ -400,17 +400,28 @@ TEST(SafetensorsHandWritten, EmptyTensorsAtOneOffsetKeepHeaderOrder) {
   EXPECT_EQ(got[2].name, "b");
 }
 
-// Not required by this reader (the reference implementation refuses them): bytes that no
-// tensor uses, between tensors or after the last one. The tensors are still read exactly.
-TEST(SafetensorsHandWritten, UnusedBufferBytesAreAllowed) {
-  const auto got = read_safetensors(
-      "gap.safetensors",
-      file_of(R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},)"
-              R"("b":{"dtype":"U8","shape":[1],"data_offsets":[4,5]}})",
-              "ab..c.."));
-  ASSERT_EQ(got.size(), 2u);
-  EXPECT_EQ(as_string(got[0].array.bytes), "ab");
-  EXPECT_EQ(as_string(got[1].array.bytes), "c");
+// Bytes that no tensor uses, between tensors or after the last one, are refused, as the
+// reference implementation refuses them: such a file was altered after it was written, or is
+// two files in one. (They were accepted before.)
+TEST(SafetensorsHandWritten, UnusedBufferBytesAreRefused) {
+  const std::string header = R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},)"
+                              R"("b":{"dtype":"U8","shape":[1],"data_offsets":[2,3]}})";
+  EXPECT_EQ(read_safetensors("exact.safetensors", file_of(header, "abc")).size(), 2u);
+  auto refused = [](const std::string& bytes, const std::string& part) {
+    try {
+      read_safetensors("gap.safetensors", bytes);
+      ADD_FAILURE() << "accepted, expected: " << part;
+    } catch (const DumpError& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  refused(file_of(header, "abc.."), "2 bytes follow the last tensor's data");
+  refused(file_of(R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},)"
+                  R"("b":{"dtype":"U8","shape":[1],"data_offsets":[4,5]}})",
+                  "ab..c"),
+          "bytes [2, 4) of the buffer belong to no tensor (before tensor 'b')");
+  refused(file_of(R"({"b":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})", ".c"),
+          "bytes [0, 1) of the buffer belong to no tensor");
 }
 
 TEST(SafetensorsHandWritten, FuzzTruncationsNeverCrash) { fuzz_truncations(hand_written_file()); }
@@ -447,6 +458,13 @@ std::vector<Refusal> refusals() {
   const std::string ok_f32 = R"("dtype":"F32","shape":[4],"data_offsets":[0,16])";
   return {
       {"empty file", "", {"0 bytes long", "too short"}},
+      // Parsing this succeeded; printing it for the message recursed once per level (SIGSEGV).
+      {"nested 100000 deep",
+       file_of(R"({"w":)" + std::string(100000, '[') + std::string(100000, ']') + "}"),
+       {"nests more than 64 deep"}},
+      {"bytes after the last tensor",
+       one_tensor(R"({"dtype":"F32","shape":[4],"data_offsets":[0,16]})", std::string(20, 'x')),
+       {"4 bytes follow the last tensor's data"}},
       {"7 bytes", std::string(7, '\0'), {"7 bytes long"}},
       {"header length beyond the file", with_length(100, "{}"), {"header length is 100 bytes but only 2"}},
       {"header length over 100 MB", with_length(100'000'001, "{}"), {"100000001", "more than the 100000000"}},
@@ -492,7 +510,7 @@ std::vector<Refusal> refusals() {
        {"tensor 'w'", "does not fit in 64 bits"}},
       {"shape dim past int64",
        one_tensor(R"({"dtype":"F32","shape":[0,18446744073709551615],"data_offsets":[0,0]})"),
-       {"tensor 'w'", "does not fit in 64 bits"}},
+       {"tensor 'w'", "with a dim past 2^63"}},
       {"offsets past the buffer", one_tensor(R"({"dtype":"F32","shape":[100],"data_offsets":[0,400]})"),
        {"tensor 'w'", "[0, 400]", "past the buffer (16 bytes"}},
       {"offsets past 2^63",
@@ -569,6 +587,17 @@ TEST(SafetensorsRefusal, TheGoodTwinReads) {
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].name, "w");
   EXPECT_EQ(as_string(got[0].array.bytes), std::string(16, 'x'));
+}
+
+// An empty tensor whose other dims multiply past 2^64 is a valid empty tensor: its count is 0,
+// not an overflow (it was refused as one).
+TEST(SafetensorsRefusal, AnEmptyTensorWithHugeDimsReads) {
+  const auto got = read_safetensors(
+      "empty.safetensors",
+      file_of(R"({"e":{"dtype":"F32","shape":[1099511627776,1099511627776,0],"data_offsets":[0,0]}})"));
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].array.shape, (std::vector<int64_t>{int64_t{1} << 40, int64_t{1} << 40, 0}));
+  EXPECT_TRUE(got[0].array.bytes.empty());
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "harness/process.h"
 #include "harness/version.h"
 #include "kernels/vector_kernels.h"
+#include "spec/printable.h"
 #include "spec/bad_input.h"
 
 namespace {
@@ -92,7 +93,7 @@ int main(int argc, char** argv) {
     std::cerr << "parity: " << parity::spec::first_line(e.what()) << " (see parity --help)\n";
     return 2;
   } catch (const parity::spec::BadInput& e) {  // an option's value, refused by its table
-    std::cerr << "parity: " << parity::spec::first_line(e.what()) << "\n";
+    std::cerr << "parity: " << parity::spec::printable(parity::spec::first_line(e.what()), 4000) << "\n";
     return parity::spec::kBadInputExit;
   }
   try {

@@ -4,11 +4,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "dumps/dcp.h"
 #include "dumps/guard.h"
 #include "dumps/tensor_file.h"
+#include "spec/printable.h"
 
 namespace parity::dumps {
 
@@ -50,18 +52,44 @@ std::string head_bytes(const std::string& path, size_t n) {
 
 bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
 
+// The most links an HDF5 file's walk follows: far above a model's tensor count.
+constexpr int64_t kMaxH5Links = 1'000'000;
+
+// The walk's state: each group's address and path, so that a group reached twice through hard
+// links (a cycle, or 25 doubled levels making 2^25 paths of a 30 KB file) is refused at once,
+// and the links followed so far.
+struct Walk {
+  std::map<uint64_t, std::string> groups;
+  int64_t links = 0;
+};
+
 // Every dataset below `group`, depth first in the file's order, named by its path without the
-// leading '/'.
+// leading '/'. Each group is entered once and the links are counted, so the work is linear in
+// the file's links, whatever its link structure.
 void collect_datasets(const h5::File& f, const std::string& group, std::vector<NamedArray>& out,
-                      int depth) {
+                      int depth, Walk& walk) {
   if (depth > 64) throw DumpError("'" + f.path() + "': groups nested deeper than 64 levels");
+  const auto [seen, fresh] = walk.groups.emplace(h5::object_address(f, group), group);
+  if (!fresh)
+    throw DumpError("'" + f.path() + "': group '" + spec::printable(group) + "' is group '" +
+                    spec::printable(seen->second) +
+                    "' again (hard links): its tensors would be read under two names; give a "
+                    "file whose groups each have one path (h5py: copy them, do not link)");
   for (const auto& child : h5::list(f, group)) {
+    if (++walk.links > kMaxH5Links)
+      throw DumpError("'" + f.path() + "': holds more than " + std::to_string(kMaxH5Links) +
+                      " links, more than parity follows; give a file of one run's tensors");
     const std::string path = (group == "/" ? "" : group) + "/" + child;
     if (h5::is_group(f, path))
-      collect_datasets(f, path, out, depth + 1);
+      collect_datasets(f, path, out, depth + 1, walk);
     else
       out.push_back({path.substr(1), h5::read(f, path)});
   }
+}
+
+void collect_datasets(const h5::File& f, std::vector<NamedArray>& out) {
+  Walk walk;
+  collect_datasets(f, "/", out, 0, walk);
 }
 
 std::vector<NamedArray> read_h5_tensors(const std::string& path) {
@@ -70,7 +98,7 @@ std::vector<NamedArray> read_h5_tensors(const std::string& path) {
       [&] {
         auto f = h5::File::open_read(path);
         std::vector<NamedArray> scratch;
-        collect_datasets(f, "/", scratch, 0);
+        collect_datasets(f, scratch);
       },
       "write it again with h5py");
   try {
@@ -79,7 +107,7 @@ std::vector<NamedArray> read_h5_tensors(const std::string& path) {
       throw DumpError("'" + path + "' is a parity seed checkpoint (parity init), not a run; give "
                       "a run's dump (parity train --dump) or a file of a run's tensors");
     std::vector<NamedArray> out;
-    collect_datasets(f, "/", out, 0);
+    collect_datasets(f, out);
     return out;
   } catch (const h5::Error& e) {
     throw DumpError(std::string("cannot read '") + path + "': " + e.what());

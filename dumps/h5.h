@@ -181,6 +181,10 @@ bool exists(const File& file, const std::string& path);
 // True if `path` names an existing group ("/" is one).
 bool is_group(const File& file, const std::string& path);
 
+// The object's address in its file: two paths name the same object (hard links) exactly when
+// their addresses are equal. Throws Error if `path` is missing.
+uint64_t object_address(const File& file, const std::string& path);
+
 // Names (not paths) of the direct children of `group`: in creation order if the group tracks
 // it (all groups written by this layer), otherwise in name order. Throws Error if `group` is
 // missing or not a group.

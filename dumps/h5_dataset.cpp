@@ -131,6 +131,18 @@ bool is_group(const File& file, const std::string& path) {
   return H5Iget_type(o) == H5I_GROUP;
 }
 
+uint64_t object_address(const File& file, const std::string& path) {
+  enter();
+  const Path p = parse_path(file, path, "look up");
+  const Op op{file.path(), p.abs, "look up " + quote(p.abs) + " in " + quote(file.path())};
+  require_open(file, op);
+  if (!exists_impl(file, p, op)) op.fail("no such object");
+  Handle o = open_object(file, p.abs, op);
+  H5O_info_t info;
+  op(H5Oget_info2(o, &info, H5O_INFO_BASIC));
+  return static_cast<uint64_t>(info.addr);
+}
+
 std::vector<std::string> list(const File& file, const std::string& group) {
   enter();
   const Path p = parse_path(file, group, "list group");

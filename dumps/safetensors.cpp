@@ -29,6 +29,7 @@
 #include "dumps/tensor_file.h"
 #include "spec/checked.h"
 #include "spec/limits.h"
+#include "spec/printable.h"
 
 namespace parity::dumps {
 
@@ -46,28 +47,9 @@ std::string remedy() {
   return "write the file again with safetensors.torch.save_file";
 }
 
-// `s` fit for a one-line message: control bytes (and, with ascii_only, every byte >= 0x80)
-// as \xNN, cut after `limit` bytes with "...".
+// `s` fit for a one-line message (spec/printable.h).
 std::string one_line(const std::string& s, size_t limit = 120, bool ascii_only = false) {
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (i == limit) {
-      // Do not end inside a UTF-8 sequence: drop its lead and continuation bytes.
-      while (!out.empty() && (static_cast<unsigned char>(out.back()) & 0xC0) == 0x80) out.pop_back();
-      if (!out.empty() && (static_cast<unsigned char>(out.back()) & 0xC0) == 0xC0) out.pop_back();
-      return out + "...";
-    }
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7F || (ascii_only && c >= 0x80)) {
-      out += "\\x";
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out;
+  return spec::printable(s, limit, ascii_only);
 }
 
 std::string in_quotes(const std::string& name) { return "'" + one_line(name) + "'"; }

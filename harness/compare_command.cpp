@@ -19,12 +19,18 @@
 #include "dumps/external.h"
 #include "dumps/junit.h"
 #include "dumps/temp_files.h"
+#include "spec/printable.h"
 
 namespace parity::harness {
 
 using namespace parity::compare;  // the comparisons this command reports
 
 namespace {
+
+// A tensor name (or a line built from one) as the text and Markdown reports print it: the name
+// comes from the file, and its escape and control bytes would otherwise reach the terminal
+// (a name could rewrite the screen or forge the report's last line).
+std::string escaped(const std::string& s) { return spec::printable(s, 400); }
 
 // Each run's per-tensor error against the fp64 truth dump, in the run's own ulps.
 nlohmann::json truth_table(const dumps::Dump& A, const dumps::Dump& B, const dumps::Dump& T,
@@ -61,7 +67,7 @@ nlohmann::json truth_table(const dumps::Dump& A, const dumps::Dump& B, const dum
         (closer[0] == 'a' ? a_closer : closer[0] == 'b' ? b_closer : ties)++;
         if (print && ea.mean_ulp != eb.mean_ulp)
           std::printf("%5lld  %-46s %10llu %10.3f %10llu %10.3f  %s\n", static_cast<long long>(step),
-                      name.c_str(), static_cast<unsigned long long>(ea.max_ulp), ea.mean_ulp,
+                      escaped(name).c_str(), static_cast<unsigned long long>(ea.max_ulp), ea.mean_ulp,
                       static_cast<unsigned long long>(eb.max_ulp), eb.mean_ulp, closer);
         rows.push_back({{"step", step}, {"tensor", name}, {"a_max_ulp", ea.max_ulp},
                         {"a_mean_ulp", ea.mean_ulp}, {"b_max_ulp", eb.max_ulp},
@@ -268,7 +274,7 @@ std::string markdown_summary(const CompareOptions& o, const Findings& f) {
     const bool out = std::find(f.outside.begin(), f.outside.end(), d.name) != f.outside.end();
     char nums[96];
     std::snprintf(nums, sizeof nums, "%.3g | %.6f", d.scale_ulps, d.cosine);
-    md += "| " + std::to_string(step) + " | `" + d.name + "` | " + d.dtype + " | " +
+    md += "| " + std::to_string(step) + " | `" + escaped(d.name) + "` | " + d.dtype + " | " +
           std::to_string(d.wrong) + " | " + ulp_text(d.max_ulp) +
           (d.ulp_dtype.empty() ? "" : " " + d.ulp_dtype) + " | " + nums + " | " +
           (!d.problem.empty() ? d.problem
@@ -403,14 +409,14 @@ int compare_command(const CompareOptions& o) {
     const bool out = std::find(outside.begin(), outside.end(), d.name) != outside.end();
     if (d.bitwise && !o.all_rows) continue;
     if (!d.problem.empty()) {
-      std::printf("%5lld  %-46s %s\n", static_cast<long long>(step), d.name.c_str(),
-                  d.problem.c_str());
+      std::printf("%5lld  %-46s %s\n", static_cast<long long>(step), escaped(d.name).c_str(),
+                  escaped(d.problem).c_str());
       continue;
     }
     const std::string ulps = ulp_text(d.max_ulp) + (d.ulp_dtype.empty() ? "" : " " + d.ulp_dtype);
     std::printf("%5lld  %-46s %-8s %9lld %7s %9lld %11s %9.3g %10.3e %9.6f %7.4f %7.4f %12.4e  "
                 "%lld: %.9g vs %.9g%s%s%s\n",
-                static_cast<long long>(step), d.name.c_str(), d.dtype.c_str(),
+                static_cast<long long>(step), escaped(d.name).c_str(), d.dtype.c_str(),
                 static_cast<long long>(d.numel), d.bitwise ? "yes" : "no",
                 static_cast<long long>(d.wrong), ulps.c_str(), d.scale_ulps, d.nmse, d.cosine,
                 d.share_1e3, d.share_5e3, d.max_abs, static_cast<long long>(d.max_abs_index),
@@ -421,7 +427,7 @@ int compare_command(const CompareOptions& o) {
   if (first_loss_diff > 0)
     std::printf("# every-step metrics: loss or grad norm first differs at step %lld\n",
                 static_cast<long long>(first_loss_diff));
-  for (const auto& v : vacuous) std::printf("# vacuous agreement: %s\n", v.c_str());
+  for (const auto& v : vacuous) std::printf("# vacuous agreement: %s\n", escaped(v).c_str());
   if (prediction) {
     std::printf("# prediction (--layout %s): %s\n", o.layout.c_str(),
                 prediction->describe().c_str());

@@ -421,4 +421,35 @@ TEST_F(External, DamagedFilesOfEveryKindAreRefusedInOneLine) {
   EXPECT_GE(refused, 12);
 }
 
+// A safetensors file of one F32 tensor [1] named `name`, holding `v`.
+std::string safetensors_of(const std::string& name, float v) {
+  std::string header = "{\"" + name + "\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xFF);
+  out += header;
+  out.append(reinterpret_cast<const char*>(&v), 4);
+  return out;
+}
+
+// A tensor name holding ESC, carriage return and newline (JSON escapes \u001b, \r, \n) was
+// printed verbatim: it could clear the line and forge "# 0 tensors compared; OK" over a
+// failing report. The report now shows such bytes as \xNN and its real last line stands.
+TEST(CompareOutput, ControlBytesInNamesAreEscaped) {
+  const auto dir = fs::temp_directory_path() / ("parity-escape-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string name = "w\\u001b[2K\\r# 0 tensors compared, 0 bitwise equal, 0 differ; OK\\n";
+  std::ofstream(dir / "a.safetensors", std::ios::binary) << safetensors_of(name, 1.0f);
+  std::ofstream(dir / "b.safetensors", std::ios::binary) << safetensors_of(name, 2.0f);
+  const auto r = run_parity(dir, "compare " + (dir / "a.safetensors").string() + " " +
+                                     (dir / "b.safetensors").string());
+  fs::remove_all(dir);
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find('\r'), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("w\\x1b[2K\\x0d# 0 tensors"), std::string::npos) << r.out;
+  // No line begins with the forged verdict; the report's own last line says FAILED.
+  EXPECT_EQ(r.out.find("\n# 0 tensors"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1 differ (max"), std::string::npos) << r.out;
+}
+
 }  // namespace

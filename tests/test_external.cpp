@@ -3,6 +3,7 @@
 // safetensors readers have suites of their own (test_torch_save, test_safetensors).
 // Exact checks only.
 #include <gtest/gtest.h>
+#include <hdf5.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -137,6 +138,43 @@ TEST_F(External, ANamedPipeIsRefusedBeforeItIsOpened) {
   } catch (const DumpError& e) {
     const std::string m = e.what();
     EXPECT_NE(m.find("'" + fifo + "' is not a regular file"), std::string::npos) << m;
+  }
+}
+
+// 25 levels of groups, each holding two hard links to the next, make 2^25 paths to one dataset
+// in a file of a few KB: the walk, which bounded depth but not visits, took hours. A group
+// reached a second time is now refused at once, naming both paths.
+TEST_F(External, HardLinkedGroupsAreRefusedNotWalkedExponentially) {
+  const std::string path = (dir_ / "links.h5").string();
+  const hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  std::string below = "/g25";
+  ASSERT_GE(H5Gclose(H5Gcreate2(f, below.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), 0);
+  const hsize_t dims[1] = {2};
+  const hid_t space = H5Screate_simple(1, dims, nullptr);
+  const hid_t d = H5Dcreate2(f, "/g25/x", H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  ASSERT_GE(d, 0);
+  H5Dclose(d);
+  H5Sclose(space);
+  for (int level = 24; level >= 0; --level) {
+    const std::string g = "/g" + std::to_string(level);
+    ASSERT_GE(H5Gclose(H5Gcreate2(f, g.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), 0);
+    for (const char* name : {"/a", "/b"})
+      ASSERT_GE(H5Lcreate_hard(f, below.c_str(), f, (g + name).c_str(), H5P_DEFAULT, H5P_DEFAULT), 0);
+    ASSERT_GE(H5Ldelete(f, below.c_str(), H5P_DEFAULT), 0);  // reachable only through g/a, g/b
+    below = g;
+  }
+  H5Fclose(f);
+  try {
+    read_run(path);
+    FAIL() << "2^25 paths were walked";
+  } catch (const DumpError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("again (hard links)"), std::string::npos) << m;
+    // Depth first: the first group met twice is the last level's, through b after a.
+    std::string a24 = "/g0";
+    for (int i = 0; i < 24; ++i) a24 += "/a";
+    EXPECT_NE(m.find("group '" + a24 + "/b' is group '" + a24 + "/a' again"), std::string::npos) << m;
   }
 }
 

@@ -345,11 +345,39 @@ void Unpickler::push_long(uint64_t len) {
   push(make_int(Kind::Int, static_cast<int64_t>(v)));
 }
 
+bool torch_save_global(const std::string& g) {
+  static const char* const kNamed[] = {
+      "collections.OrderedDict", "collections.Counter", "torch._utils._rebuild_tensor_v2",
+      "torch._utils._rebuild_parameter", "torch._utils._rebuild_parameter_with_state",
+      "torch.Size", "torch.serialization._get_layout", "torch.device", "_codecs.encode",
+      "builtins.set", "builtins.frozenset", "builtins.complex", "builtins.bytearray"};
+  for (const char* k : kNamed)
+    if (g == k) return true;
+  // A storage class (load_storage names those it does not read) or a dtype value: torch.<word>.
+  static const char* const kDTypeNames[] = {
+      "float32", "float", "float64", "double", "float16", "half", "bfloat16", "int64", "long",
+      "int32", "int", "int16", "short", "int8", "uint8", "bool", "complex32", "complex64",
+      "complex128", "cfloat", "cdouble", "chalf", "qint8", "quint8", "qint32", "quint4x2",
+      "float8_e4m3fn", "float8_e5m2"};
+  if (g.rfind("torch.", 0) != 0 || g.find('.', 6) != std::string::npos) return false;
+  const std::string word = g.substr(6);
+  if (word.size() > 7 && word.compare(word.size() - 7, 7, "Storage") == 0) return true;
+  for (const char* d : kDTypeNames)
+    if (word == d) return true;
+  return false;
+}
+
 // The name is built before make(), which may move the strings it comes from.
 void Unpickler::push_global(const std::string& module, const std::string& name) {
   std::string full = module + "." + name;
   if (rules_.allowed && !rules_.allowed(full))
     fail("it names the global " + shown(full) + ", which this reader never builds");
+  if (!rules_.allowed && !torch_save_global(full))
+    refuse(source_, rules_.part + " names the global " + shown(full) + " at byte " +
+                        std::to_string(op_at_) +
+                        ", which this reader never builds (torch.load(weights_only=True) refuses "
+                        "it too); save only tensors and containers of them: a module's "
+                        "state_dict(), a numpy array as torch.from_numpy(array)");
   hold(full.size());
   const Ref r = make(Kind::Global);
   objects_[r].text = std::move(full);

@@ -64,10 +64,16 @@ struct TensorRecord {
   std::vector<int64_t> shape, stride;
 };
 
+// The globals a torch.save'd state dict may name, as torch.load(weights_only=True) allows
+// them: the tensor and parameter rebuilders, OrderedDict, torch.Size, storage classes, dtypes,
+// devices and a few builtins. Anything else (a module class, numpy, os.system) is refused where
+// the pickle names it, even if the object it would build is never used.
+bool torch_save_global(const std::string& global);
+
 // What one pickle is to its reader: the part of the file it is and the advice a damaged one
-// ends with (both for messages), and which globals it may name. By default, torch.save's
-// data.pkl: any global is recorded, and an object made from one the machine does not
-// understand stays opaque. With `allowed`, a global outside it is refused where it is named.
+// ends with (both for messages), and which globals it may name (null: torch_save_global). A
+// global outside them is refused where it is named; one inside that the machine does not
+// understand (a device, a set) makes an opaque object, refused if a tensor is looked for there.
 struct PickleRules {
   std::string part = "data.pkl";
   std::string damaged;  // empty: "the file is damaged or was not written by torch.save; ..."

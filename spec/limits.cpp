@@ -37,6 +37,13 @@ int64_t json_depth(std::string_view text, int64_t stop_after) {
   return deepest;
 }
 
+int64_t max_file_bytes() {
+  constexpr int64_t kDefault = int64_t{1} << 33;
+  const char* env = std::getenv("PARITY_MAX_FILE_BYTES");
+  if (env && integer_problem(env, 1, INT64_MAX).empty()) return std::stoll(env);
+  return kDefault;
+}
+
 int64_t max_tensor_bytes() {
   constexpr int64_t kDefault = int64_t{1} << 31;
   const char* env = std::getenv("PARITY_MAX_TENSOR_BYTES");

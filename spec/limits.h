@@ -31,6 +31,11 @@ int max_threads();
 // file holds (fill values, compression).
 int64_t max_tensor_bytes();
 
+// The largest file parity reads whole into memory (a torch.save archive, a safetensors file):
+// 8 GiB, or the environment's PARITY_MAX_FILE_BYTES (a positive integer). Refused before it is
+// read.
+int64_t max_file_bytes();
+
 // The deepest a JSON document read from a file may nest (objects and arrays): every format
 // parity reads nests 4 deep at most. A deeper one is refused before it is parsed, since
 // building, copying or printing a JSON value recurses once per level.

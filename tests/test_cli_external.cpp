@@ -452,4 +452,25 @@ TEST(CompareOutput, ControlBytesInNamesAreEscaped) {
   EXPECT_NE(r.out.find("1 differ (max"), std::string::npos) << r.out;
 }
 
+// A file past PARITY_MAX_FILE_BYTES is refused before it is read, naming the file and the limit.
+TEST(CompareOutput, AFilePastTheFileLimitIsRefusedBeforeReading) {
+  const auto dir = fs::temp_directory_path() / ("parity-file-limit-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const auto a = dir / "a.safetensors";
+  std::ofstream(a, std::ios::binary) << safetensors_of("w", 1.0f);
+  const auto size = fs::file_size(a);
+  ::setenv("PARITY_MAX_FILE_BYTES", std::to_string(size - 1).c_str(), 1);
+  const auto r = run_parity(dir, "compare " + a.string() + " " + a.string());
+  ::setenv("PARITY_MAX_FILE_BYTES", std::to_string(size).c_str(), 1);
+  const auto at_limit = run_parity(dir, "compare " + a.string() + " " + a.string());
+  ::unsetenv("PARITY_MAX_FILE_BYTES");
+  fs::remove_all(dir);
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("'" + a.string() + "' is " + std::to_string(size) + " bytes, more than the " +
+                       std::to_string(size - 1)),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(at_limit.code, 0) << at_limit.out << at_limit.err;
+}
+
 }  // namespace

@@ -237,8 +237,10 @@ struct Refusal {
 
 const std::vector<Refusal> kRefusals = {
     {"legacy", {"legacy torch.save format", "_use_new_zipfile_serialization"}},
-    {"module", {"'layer'", "torch.nn.modules.linear.Linear", "state_dict()"}},
-    {"numpy", {"'arr'", "numpy", "torch.from_numpy"}},
+    {"module", {"names the global torch.nn.modules.linear.Linear", "state_dict()"}},
+    {"numpy", {"names the global numpy.", "torch.from_numpy"}},
+    // Accepted before: the global's result was popped, so no tensor path met it.
+    {"global_popped", {"names the global os.system at byte", "weights_only=True"}},
     {"bool", {"'mask'", "bool", "torch.BoolStorage"}},
     {"int16", {"'w16'", "int16", "torch.ShortStorage"}},
     {"int8", {"'w8'", "int8", "torch.CharStorage"}},
@@ -292,7 +294,7 @@ TEST_F(TorchSave, RefusalsNameTheFileAndTheCulprit) {
     EXPECT_TRUE(covered.count(name)) << "no row for refused fixture " << name;
 }
 
-// 100000 calls of one unknown global on one 50000-item tuple: each call costs the same small
+// 100000 calls of one allowed global the reader never builds on one 50000-item tuple: each call costs the same small
 // time whatever the tuple's size (a reader that copied the tuple per call would take minutes).
 TEST_F(TorchSave, CallsOnOneBigTupleStayLinear) {
   const auto& hostile = fixtures().manifest["hostile_read"];

@@ -252,8 +252,13 @@ def hostile_pickles():
     # A tensor under a 5000-byte key.
     out["hostile_long_name"] = (head + short_binunicode("n") + b"}" + b"X" + u32(5000) +
                                 b"k" * 5000 + b"h\x00" + b"s" + b"s.", False)
-    # 100000 calls of an unknown global on one 50000-item tuple: linear, not quadratic.
-    wide = head + b"cbuiltins\nlen\nq\x010" + b"(" + b"K\x01" * 50000 + b"tq\x020"
+    # os.system('echo') called and its result popped: nothing of it reaches the tree, but the
+    # pickle names a global outside the allow-list, which torch.load(weights_only=True) refuses.
+    out["global_popped"] = (head + b"cos\nsystem\n(" + short_binunicode("echo") + b"tR0" + b".",
+                            False)
+    # 100000 calls of an allowed global the reader never builds (builtins.set) on one
+    # 50000-item tuple: linear, not quadratic.
+    wide = head + b"cbuiltins\nset\nq\x010" + b"(" + b"K\x01" * 50000 + b"tq\x020"
     wide += b"h\x01h\x02R0" * 100000
     out["hostile_wide_calls"] = (wide + b".", True)
     return out

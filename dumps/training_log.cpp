@@ -276,11 +276,13 @@ TrainingLog read_training_log(const std::string& path) {
                    std::to_string(spec::kMaxTextBytes) +
                    " parity reads as a log; cut it to the steps to compare (a step's line is "
                    "some 100 bytes)");
+  // One read into a buffer of the file's size: a stream buffer would double and copy it.
   std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (!in && !in.eof()) fail(path, "cannot be read; check its permissions");
-  const std::string text = ss.str();
+  if (!in || ec) fail(path, "cannot be read; check its permissions");
+  std::string text(static_cast<size_t>(bytes), '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.gcount() != static_cast<std::streamsize>(text.size()))
+    fail(path, "cannot be read to its end (did it change while read?)");
   if (text.find('\0') != std::string::npos)
     fail(path, "holds binary data, not text: give the run's console log or loss file");
 
@@ -295,12 +297,15 @@ TrainingLog read_training_log(const std::string& path) {
   }
 
   // Line by line: every line that is a step in some format, by format.
+  // The formats in name order, as the mixed-format message lists them.
+  static const char* const kFormats[] = {"loss-file", "megatron", "parity", "torchtitan"};
   struct Seen {
     int64_t count = 0, first_line = 0;
+    bool norm = false;
   };
-  std::map<std::string, Seen> formats;
-  std::vector<std::pair<std::string, LoggedStep>> found;
-  std::map<std::string, bool> norms;
+  Seen formats[4];
+  std::vector<LoggedStep> found;
+  found.reserve(static_cast<size_t>(std::count(text.begin(), text.end(), '\n')) + 1);
   int64_t other = 0, first_other = 0, n = 0;
   std::string uncoloured;
   for (size_t at = 0; at < text.size();) {
@@ -317,40 +322,45 @@ TrainingLog read_training_log(const std::string& path) {
     LoggedStep s;
     s.line = n;
     bool has_norm = false;
-    std::string kind;
+    int kind = -1;  // an index into kFormats
     const auto lead = line.find_first_not_of(" \t");
     if (line[lead] == '{') {
       if (parity_line(line, s)) {
-        kind = "parity";
+        kind = 2;
         has_norm = !std::isnan(s.grad_norm) || line.find("\"grad_norm\"") != std::string::npos;
       }
     } else if (torchtitan_line(line, s, has_norm)) {
-      kind = "torchtitan";
+      kind = 3;
     } else if (megatron_line(line, s, has_norm)) {
-      kind = "megatron";
+      kind = 1;
     } else if (line[lead] != '#' && loss_file_line(line, s, has_norm)) {
-      kind = "loss-file";
+      kind = 0;
     }
-    if (kind.empty()) {
+    if (kind < 0) {
       if (line[lead] != '#' && ++other == 1) first_other = n;
       continue;
     }
     auto& f = formats[kind];
     if (f.count++ == 0) f.first_line = n;
-    norms[kind] = norms[kind] || has_norm;
-    found.push_back({kind, s});
+    f.norm = f.norm || has_norm;
+    found.push_back(s);
   }
-  if (formats.empty())
+  int used = 0, only = 0;
+  for (int k = 0; k < 4; ++k)
+    if (formats[k].count > 0) ++used, only = k;
+  if (used == 0)
     fail(path, "no training steps: no torchtitan \"step: N  loss: L\" line, no Megatron "
                "\"iteration N/ M | lm loss: L\" line, no \"STEP LOSS [GRAD_NORM]\" line and no "
                "parity metrics line; give the run's console log or loss file");
-  if (formats.size() > 1) {
+  if (used > 1) {
     std::string what;
-    for (const auto& [kind, f] : formats)
-      what += (what.empty() ? "" : ", ") + kind + " from line " + std::to_string(f.first_line);
+    for (int k = 0; k < 4; ++k)
+      if (formats[k].count > 0)
+        what += (what.empty() ? "" : ", ") + std::string(kFormats[k]) + " from line " +
+                std::to_string(formats[k].first_line);
     fail(path, "mixes formats (" + what + "); give one run's log in one format per file");
   }
-  const std::string kind = formats.begin()->first;
+  const std::string kind = kFormats[only];
   // The strict formats hold nothing else (the consoles hold other lines, which are skipped).
   if ((kind == "loss-file" || kind == "parity") && other > 0)
     fail(path, "line " + std::to_string(first_other) + " is not a " +
@@ -361,19 +371,24 @@ TrainingLog read_training_log(const std::string& path) {
   TrainingLog log;
   log.path = path;
   log.format = kind;
-  log.has_grad_norm = norms[kind];
-  std::map<int64_t, LoggedStep> by_step;
+  log.has_grad_norm = formats[only].norm;
+  // By step, each step once: a stable sort keeps a step's lines in file order, and every
+  // repeat must carry its first line's values.
+  std::stable_sort(found.begin(), found.end(),
+                   [](const LoggedStep& a, const LoggedStep& b) { return a.step < b.step; });
   auto same = [](double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); };
-  for (const auto& [k, s] : found) {
-    auto [it, fresh] = by_step.insert({s.step, s});
-    if (fresh) continue;
-    const LoggedStep& was = it->second;
+  log.steps.reserve(found.size());
+  for (const auto& s : found) {
+    if (log.steps.empty() || log.steps.back().step != s.step) {
+      log.steps.push_back(s);
+      continue;
+    }
+    const LoggedStep& was = log.steps.back();
     if (!same(was.loss, s.loss) || !same(was.grad_norm, s.grad_norm))
       fail(path, "step " + std::to_string(s.step) + " is logged twice with different values "
                  "(lines " + std::to_string(was.line) + " and " + std::to_string(s.line) +
                  "): two runs in one file; give each run its own log");
   }
-  for (auto& [step, s] : by_step) log.steps.push_back(s);
   return log;
 }
 

@@ -29,6 +29,7 @@ reports::CellResult as_cell(const dumps::TrainingLog& log, const std::string& na
   c.cell.reference = reference;
   c.cell.steps = log.steps.empty() ? 0 : log.steps.back().step;
   c.status = "ok";
+  c.steps.reserve(log.steps.size());
   for (const auto& s : log.steps) {
     reports::StepPoint p;
     p.step = s.step;
@@ -43,20 +44,20 @@ reports::CellResult as_cell(const dumps::TrainingLog& log, const std::string& na
 
 std::vector<int64_t> report_steps(const DriftJob& o, const reports::CellResult& ref,
                                   const std::string& ref_path) {
-  std::set<int64_t> logged;
-  for (const auto& s : ref.steps) logged.insert(s.step);
-  const int64_t last = *logged.rbegin();
+  const int64_t last = ref.steps.back().step;  // steps ascend (CellResult::steps)
   if (!o.steps.empty()) {
     for (auto s : o.steps)
-      if (!logged.count(s))
+      if (!ref.at(s)) {
+        std::vector<int64_t> logged;
+        for (const auto& p : ref.steps) logged.push_back(p.step);
         throw UsageError("--steps: the reference '" + ref_path + "' logs no step " +
-                         std::to_string(s) + " (it logs " +
-                         step_ranges({logged.begin(), logged.end()}) + ")");
+                         std::to_string(s) + " (it logs " + step_ranges(logged) + ")");
+      }
     return o.steps;
   }
   std::vector<int64_t> steps;
   for (int64_t s : {1, 10, 50, 100})
-    if (s <= last && logged.count(s)) steps.push_back(s);
+    if (s <= last && ref.at(s)) steps.push_back(s);
   if (steps.empty() || steps.back() != last) steps.push_back(last);
   return steps;
 }

@@ -50,6 +50,7 @@
 // native values, which for BF16 means the raw 16-bit patterns (uint16_t), never converted.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
@@ -133,6 +134,13 @@ class File {
   // The HDF5 file handle (an hid_t); for use by the h5_*.cpp files only.
   int64_t id() const { return id_; }
 
+  // What the datasets read from a file opened by open_read() may take in memory, all together:
+  // 16 x the file's size + 1 GiB. A dataset's declared shape can promise far more than the
+  // file holds (a fill value, compression), and many such datasets could add up past any
+  // per-tensor limit; read() draws on this budget and refuses a dataset past what is left.
+  uint64_t read_budget_left() const { return read_budget_; }
+  void draw_on_read_budget(uint64_t bytes) const { read_budget_ -= std::min(bytes, read_budget_); }
+
  private:
   File(std::string path, std::string temp_path, int64_t id, bool writable);
   void close_noexcept() noexcept;
@@ -141,6 +149,7 @@ class File {
   std::string temp_path_;
   int64_t id_ = -1;
   bool writable_ = false;
+  mutable uint64_t read_budget_ = UINT64_MAX;
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -207,6 +207,13 @@ bool exists_impl(const File& f, const Path& p, const Op& op) {
   for (size_t i = 1; i <= p.comps.size(); ++i) {
     const std::string prefix = join_path(p.comps, i);
     if (op(H5Lexists(f.id(), prefix.c_str(), H5P_DEFAULT)) == 0) return false;
+    // An external (or user-defined) link would open another file, one the user never named:
+    // refused before anything follows it.
+    H5L_info_t link{};
+    op(H5Lget_info(f.id(), prefix.c_str(), &link, H5P_DEFAULT));
+    if (link.type != H5L_TYPE_HARD && link.type != H5L_TYPE_SOFT)
+      op.fail(quote(prefix) + " is a link into another file (an HDF5 external link); parity "
+              "reads only the files it is given: copy the data into this file");
     // A dangling soft link exists as a link but not as an object.
     if (op(H5Oexists_by_name(f.id(), prefix.c_str(), H5P_DEFAULT)) == 0) return false;
     if (i < p.comps.size()) {

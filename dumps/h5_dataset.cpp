@@ -101,6 +101,12 @@ Array read(const File& file, const std::string& path) {
     op.fail("dataset of shape " + shape_text(a.shape) + " would take " + std::to_string(*bytes) +
             " bytes in memory, past the limit of " + std::to_string(spec::max_tensor_bytes()) +
             " per tensor; raise PARITY_MAX_TENSOR_BYTES if the file is trusted");
+  if (static_cast<uint64_t>(*bytes) > file.read_budget_left())
+    op.fail("dataset of shape " + shape_text(a.shape) + " would take " + std::to_string(*bytes) +
+            " bytes in memory, past the " + std::to_string(file.read_budget_left()) +
+            " bytes left of this file's budget (16 x its size + 1 GiB for all its datasets): "
+            "its fill values or compression declare far more data than the file holds");
+  file.draw_on_read_budget(static_cast<uint64_t>(*bytes));
   a.bytes.resize(static_cast<size_t>(*bytes));
   const int64_t count = *n;
   if (count > 0) {

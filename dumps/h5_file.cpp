@@ -22,7 +22,8 @@ File::File(File&& o) noexcept
     : path_(std::move(o.path_)),
       temp_path_(std::move(o.temp_path_)),
       id_(std::exchange(o.id_, -1)),
-      writable_(o.writable_) {}
+      writable_(o.writable_),
+      read_budget_(o.read_budget_) {}
 
 File& File::operator=(File&& o) noexcept {
   if (this != &o) {
@@ -31,6 +32,7 @@ File& File::operator=(File&& o) noexcept {
     temp_path_ = std::move(o.temp_path_);
     id_ = std::exchange(o.id_, -1);
     writable_ = o.writable_;
+    read_budget_ = o.read_budget_;
   }
   return *this;
 }
@@ -74,8 +76,16 @@ File File::open_read(const std::string& path) {
   if (ec) op.fail(ec.message());
   if (std::filesystem::is_directory(st)) op.fail("is a directory");
   Handle fapl = file_access_plist(op);
+  const uint64_t size = std::filesystem::file_size(path, ec);
+  if (ec) op.fail(ec.message());
   const hid_t id = op(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl));
-  return File(path, "", id, false);
+  File f(path, "", id, false);
+  // 16 x the size + 1 GiB, saturating (a size near 2^64 is not a file on disk, but the sum
+  // must not wrap).
+  f.read_budget_ = size > (UINT64_MAX - (uint64_t{1} << 30)) / 16
+                       ? UINT64_MAX
+                       : 16 * size + (uint64_t{1} << 30);
+  return f;
 }
 
 void File::commit() {

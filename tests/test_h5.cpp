@@ -422,7 +422,9 @@ TEST_F(H5Test, H5dumpReadsBf16) {
 
 namespace {
 
-void write_fill_only(const std::string& path, std::vector<hsize_t> dims, float fill) {
+// `count` datasets of shape `dims`: "/x", then "/x1", "/x2", ...
+void write_fill_only(const std::string& path, std::vector<hsize_t> dims, float fill,
+                     int count = 1) {
   const hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   ASSERT_GE(f, 0);
   const hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
@@ -430,9 +432,13 @@ void write_fill_only(const std::string& path, std::vector<hsize_t> dims, float f
   std::vector<hsize_t> chunk(dims.size(), 1024);
   H5Pset_chunk(dcpl, static_cast<int>(chunk.size()), chunk.data());
   H5Pset_fill_value(dcpl, H5T_NATIVE_FLOAT, &fill);
-  const hid_t d = H5Dcreate2(f, "/x", H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
-  ASSERT_GE(d, 0);
-  H5Dclose(d);
+  for (int i = 0; i < count; ++i) {
+    const std::string name = i ? "/x" + std::to_string(i) : "/x";
+    const hid_t d = H5Dcreate2(f, name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl,
+                               H5P_DEFAULT);
+    ASSERT_GE(d, 0);
+    H5Dclose(d);
+  }
   H5Pclose(dcpl);
   H5Sclose(space);
   H5Fclose(f);
@@ -460,4 +466,61 @@ TEST_F(H5Test, ADeclaredShapePastTheTensorBudgetIsRefusedBeforeAllocating) {
   const std::string m = error_of([&] { h5::read(f, "/x"); });
   EXPECT_NE(m.find("would take 40000000000 bytes in memory, past the limit"), std::string::npos)
       << m;
+}
+
+// Three datasets of 100,000,000 float32 fill values (400 MB each, within the per-tensor limit)
+// in a file of a few KB: together they draw on one budget for the file, 16 x its size + 1 GiB,
+// so the third is refused before it is allocated (before, each was read in full: enough such
+// datasets exhaust any memory).
+TEST_F(H5Test, DatasetsOfOneFileDrawOnOneBudget) {
+  const std::string path = file("three.h5");
+  write_fill_only(path, {hsize_t{100000000}}, 2.0f, 3);
+  const auto size = std::filesystem::file_size(path);
+  ASSERT_LT(size, 100000u);
+  auto f = h5::File::open_read(path);
+  EXPECT_EQ(f.read_budget_left(), 16 * size + (uint64_t{1} << 30));
+  for (const char* name : {"/x", "/x1"}) {
+    const auto a = h5::read(f, name);
+    ASSERT_EQ(a.numel(), 100000000);
+    float last = 0;
+    std::memcpy(&last, a.bytes.data() + a.bytes.size() - 4, 4);
+    EXPECT_EQ(last, 2.0f);
+  }
+  EXPECT_EQ(f.read_budget_left(), 16 * size + (uint64_t{1} << 30) - 800000000u);
+  const std::string m = error_of([&] { h5::read(f, "/x2"); });
+  EXPECT_NE(m.find("would take 400000000 bytes in memory, past the "), std::string::npos) << m;
+  EXPECT_NE(m.find("left of this file's budget"), std::string::npos) << m;
+  // Another handle on the same file starts with the whole budget.
+  auto g = h5::File::open_read(path);
+  EXPECT_EQ(h5::read(g, "/x2").numel(), 100000000);
+}
+
+// An external link opens another file, one the user never named (any HDF5 file the reader can
+// reach): it was followed; now any path through one is refused, naming the link, before the
+// other file is opened. The walk's listing still names it (listing follows nothing).
+TEST_F(H5Test, ExternalLinksAreRefusedNotFollowed) {
+  const std::string other = file("other.h5"), path = file("linking.h5");
+  {
+    auto f = h5::File::create(other);
+    const float v[2] = {1.0f, 2.0f};
+    h5::write(f, "/w", h5::DType::F32, {2}, v);
+    h5::create_group(f, "/g");
+    f.commit();
+  }
+  const hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  ASSERT_GE(H5Lcreate_external(other.c_str(), "/w", f, "/w", H5P_DEFAULT, H5P_DEFAULT), 0);
+  ASSERT_GE(H5Lcreate_external(other.c_str(), "/g", f, "/g", H5P_DEFAULT, H5P_DEFAULT), 0);
+  H5Fclose(f);
+  auto in = h5::File::open_read(path);
+  EXPECT_EQ(h5::list(in, "/"), (std::vector<std::string>{"g", "w"}));
+  for (const auto& [what, call] : std::vector<std::pair<std::string, std::function<void()>>>{
+           {"read", [&] { h5::read(in, "/w"); }},
+           {"is_group", [&] { h5::is_group(in, "/g"); }},
+           {"list", [&] { h5::list(in, "/g"); }},
+           {"exists below", [&] { h5::exists(in, "/g/x"); }}}) {
+    const std::string m = error_of(call);
+    EXPECT_NE(m.find("is a link into another file (an HDF5 external link)"), std::string::npos)
+        << what << ": " << m;
+  }
 }

@@ -83,7 +83,7 @@ std::string_view ZipArchive::read(const ZipEntry& e) {
     refuse(source_, "stored zip entry '" + shown(e.name) + "' has compressed size " +
                         std::to_string(e.compressed) + " and size " + std::to_string(e.size));
   const auto* data = p_ + e.data;
-  if (e.crc != 0 && !crc_checked_.count(e.name)) {
+  if (crc_recorded_ && !crc_checked_.count(e.name)) {
     const uint32_t got = crc32(data, e.size);
     if (got != e.crc)
       refuse(source_, "zip entry '" + shown(e.name) + "' fails its CRC-32 check (recorded " +
@@ -187,6 +187,7 @@ void ZipArchive::read_directory() {
     read_local_header(e, cd_offset);
     if (!index_.emplace(e.name, entries_.size()).second)
       damaged("two entries are named '" + shown(e.name) + "'");
+    crc_recorded_ = crc_recorded_ || e.crc != 0;
     entries_.push_back(std::move(e));
     pos += total;
   }

@@ -44,9 +44,10 @@ class ZipArchive {
     return it == index_.end() ? nullptr : &entries_[it->second];
   }
 
-  // The entry's bytes: stored, unencrypted, and matching its CRC-32 where the archive records
-  // one (0 is taken as none: newer torch can save without CRC-32s, through
-  // torch.serialization.set_crc32_options(False); an empty entry's CRC-32 is 0 as well).
+  // The entry's bytes: stored, unencrypted, and matching its CRC-32. An archive whose entries
+  // all record 0 records none (newer torch can save without CRC-32s, through
+  // torch.serialization.set_crc32_options(False)) and is not checked; where any entry records
+  // one, every entry is checked, a 0 included (an empty entry's CRC-32 is 0).
   std::string_view read(const ZipEntry& e);
 
  private:
@@ -64,6 +65,7 @@ class ZipArchive {
   std::vector<ZipEntry> entries_;
   std::unordered_map<std::string, size_t> index_;
   std::unordered_set<std::string> crc_checked_;
+  bool crc_recorded_ = false;  // some entry records a CRC-32 other than 0
 };
 
 }  // namespace parity::dumps

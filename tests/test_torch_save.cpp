@@ -255,6 +255,7 @@ const std::vector<Refusal> kRefusals = {
     {"deflated", {"'flat/data.pkl' is compressed", "torch.save"}},
     {"truncated", {"damaged zip archive"}},
     {"crc_mismatch", {"'flat/data/6' fails its CRC-32 check", "damaged"}},
+    {"crc_zeroed_one", {"'flat/data/6' fails its CRC-32 check (recorded 0x00000000", "damaged"}},
     {"byteorder_big", {"big-endian"}},
     {"storage_short", {"tensor 't'", "'archive/data/0'", "holds 20 bytes"}},
     {"view_outside", {"tensor 't' views elements outside its storage"}},
@@ -379,7 +380,7 @@ std::vector<Sample> samples() {
     s.directory = s.bytes.find(std::string("PK\x01\x02", 4));
     EXPECT_NE(s.pickle_end, std::string::npos) << name;
     EXPECT_NE(s.directory, std::string::npos) << name;
-    // The first central entry, whose CRC-32 the data.pkl mutants clear, is data.pkl's.
+    // The first central entry is data.pkl's.
     const size_t name_len = static_cast<unsigned char>(s.bytes[s.directory + 28]) |
                             static_cast<unsigned char>(s.bytes[s.directory + 29]) << 8;
     const std::string first = s.bytes.substr(s.directory + 46, name_len);
@@ -421,9 +422,16 @@ TEST_F(TorchSave, FuzzMutatedBytesNeverCrash) {
       if (region == 0) lo = s.directory;
       if (region == 1) {
         hi = s.pickle_end;
-        // data.pkl is the first central entry: a zero CRC-32 is taken as "none recorded", so
-        // the mutated pickle reaches the pickle machine instead of failing the checksum.
-        std::memset(&bytes[s.directory + 16], 0, 4);
+        // Every central entry's CRC-32 cleared: an archive that records none is not checked,
+        // so the mutated pickle reaches the pickle machine instead of failing the checksum.
+        const std::string sig("PK\x01\x02", 4);
+        auto u16 = [&](size_t at) {
+          return size_t{static_cast<unsigned char>(bytes[at])} |
+                 size_t{static_cast<unsigned char>(bytes[at + 1])} << 8;
+        };
+        for (size_t p = s.directory; p + 46 <= bytes.size() && bytes.compare(p, 4, sig) == 0;
+             p += 46 + u16(p + 28) + u16(p + 30) + u16(p + 32))
+          std::memset(&bytes[p + 16], 0, 4);
       }
       const int changes = 1 + static_cast<int>(rng() % 8);
       std::string what = s.name + " (" + regions[region] + ") mutant " + std::to_string(m) + ":";

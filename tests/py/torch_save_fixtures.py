@@ -106,14 +106,15 @@ def same_tensors(a, b):
 # per entry); with zip64 a zip64 end-of-central-directory record (56 bytes) and its locator
 # (20 bytes); then the end-of-central-directory record (22 bytes).
 
-def write_zip(path, entries, zip64=False):
+def write_zip(path, entries, zip64=False, zero_crc=()):
     """entries: [(name, bytes)], stored. zip64: every size and offset in the zip64 extra field
-    (0xFFFFFFFF in the 32-bit fields) and 0xFFFF/0xFFFFFFFF sentinels in the EOCD record."""
+    (0xFFFFFFFF in the 32-bit fields) and 0xFFFF/0xFFFFFFFF sentinels in the EOCD record.
+    zero_crc: names whose CRC-32 is recorded as 0 (as a writer with CRC-32s off records it)."""
     out, central = bytearray(), bytearray()
     version = 45 if zip64 else 20
     for name, data in entries:
         n = name.encode()
-        crc = zlib.crc32(data)
+        crc = 0 if name in zero_crc else zlib.crc32(data)
         offset = len(out)
         size32 = 0xFFFFFFFF if zip64 else len(data)
         local_extra = struct.pack("<HHQQ", 1, 16, len(data), len(data)) if zip64 else b""
@@ -413,6 +414,12 @@ def main():
     with open(path("crc_mismatch"), "wb") as f:
         f.write(bytes(damaged))
     refused["crc_mismatch"] = "crc_mismatch.pt"
+    # The same byte flipped, and that entry's CRC-32 recorded as 0 while every other entry
+    # records one: not a writer with CRC-32s off, a damaged (or doctored) file.
+    name6 = next(n for n, d in entries if n.endswith("/data/6"))
+    flipped = [(n, bytes(damaged[at:at + len(d)]) if n == name6 else d) for n, d in entries]
+    write_zip(path("crc_zeroed_one"), flipped, zero_crc={name6})
+    refused["crc_zeroed_one"] = "crc_zeroed_one.pt"
 
     # Hand-made archives around one float32 storage "0" of 6 elements.
     six = torch.arange(6, dtype=torch.float32).numpy().tobytes()

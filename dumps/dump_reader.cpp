@@ -1,10 +1,13 @@
 // Reading run dumps (dump.h): one file, or a directory of rank files merged by FQN.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 
 #include "dumps/dump.h"
 #include "dumps/guard.h"
+#include "spec/numbers.h"
+#include "spec/printable.h"
 
 namespace parity::dumps {
 
@@ -71,12 +74,14 @@ void read_file_into(const std::string& path, Dump& d, bool first) {
     }
     for (const auto& child : h5::list(f, "/")) {
       if (child.rfind("step_", 0) != 0) continue;
-      int64_t step = 0;
-      try {
-        step = std::stoll(child.substr(5));
-      } catch (const std::logic_error&) {  // no number, or one out of range
-        throw DumpError("'" + path + "' has a malformed step group name; " + dump_remedy());
-      }
+      // The whole rest of the name is the step, from 0 to 2^63 - 1: "step_1x" is not step 1,
+      // and 20 digits are refused, not wrapped.
+      const std::string number = child.substr(5);
+      const std::string problem = spec::integer_problem(number, 0, INT64_MAX);
+      if (!problem.empty())
+        throw DumpError("'" + path + "' has a step group '" + spec::printable(child) +
+                        "' whose step " + spec::printable(problem) + "; " + dump_remedy());
+      const int64_t step = std::stoll(number);
       auto& sd = d.steps[step];
       sd.step = step;
       const std::string g = "/" + child;

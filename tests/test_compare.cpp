@@ -1,6 +1,7 @@
 // The comparison engine's first layer: element comparison in each dtype, dumps written and
 // read back (merged by FQN), and the reader's refusals. Bitwise facts only; no tolerances.
 #include <gtest/gtest.h>
+#include <hdf5.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -254,6 +255,30 @@ TEST_F(DumpTest, RefusesMissingTruncatedForeignAndFutureFiles) {
   } catch (const DumpError& e) {
     EXPECT_NE(std::string(e.what()).find("schema version 9"), std::string::npos);
     EXPECT_NE(std::string(e.what()).find("regenerate"), std::string::npos);
+  }
+}
+
+// A step group whose name is not "step_" and a step number from 0 to 2^63 - 1 is refused,
+// naming the group: 20 digits threw std::out_of_range past the reader's catch (exit 1, no
+// file named), and "step_1x" read as step 1.
+TEST_F(DumpTest, StepGroupsPast64BitsOrWithTrailingTextAreRefused) {
+  write_run(dir_, {1});
+  for (const char* name : {"step_99999999999999999999", "step_1x", "step_-1", "step_"}) {
+    const auto file = dir_ / "renamed.h5";
+    fs::remove(file);
+    fs::copy_file(dir_ / "rank0.h5", file);
+    const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    ASSERT_GE(H5Lmove(f, "/step_000001", f, name, H5P_DEFAULT, H5P_DEFAULT), 0) << name;
+    H5Fclose(f);
+    try {
+      read_dump(file.string());
+      ADD_FAILURE() << name << " was read";
+    } catch (const DumpError& e) {
+      EXPECT_NE(std::string(e.what()).find("has a step group '" + std::string(name) + "' whose step"),
+                std::string::npos)
+          << e.what();
+    }
   }
 }
 

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "dumps/h5.h"
+#include "spec/printable.h"
 
 namespace parity::dumps {
 
@@ -30,11 +31,10 @@ uint64_t le(const unsigned char* p, int n);
 
 // Well-formed UTF-8 (no overlong forms, surrogates or code points above U+10FFFF): Python
 // refuses the rest when it unpickles, and names end up in JSON and HDF5 paths.
-bool is_utf8(std::string_view s);
+using spec::is_utf8;
 
-// A name from the file as an error message shows it: one line of valid UTF-8 (messages end up
-// in JSON reports), cut after about 120 bytes; a control byte, or a byte that is not part of a
-// well-formed UTF-8 sequence, is written as \xNN.
+// A name from the file as an error message shows it: spec::printable, cut after 120 bytes (one
+// line of valid UTF-8: messages end up in JSON reports).
 std::string shown(const std::string& name);
 
 }  // namespace parity::dumps

@@ -13,6 +13,7 @@
 
 #include "spec/bad_input.h"
 #include "spec/options.h"
+#include "spec/printable.h"
 #include "spec/run_spec.h"
 
 namespace {
@@ -82,7 +83,7 @@ TEST(Spec, EveryTableRoundTripsAndRefusesWithOneMessageForm) {
   check_table(token_dtypes(), "--tokens-dtype", {"uint16", "int32", "int64"});
   check_table(report_formats(), "--format", {"txt", "md", "json", "csv", "html"});
   check_table(bench_targets(), "--what",
-              {"reference", "step", "pipelined", "ratio", "kda", "compare", "gemm"});
+              {"reference", "step", "pipelined", "ratio", "kda", "compare", "gemm", "readers"});
 }
 
 TEST(Spec, NamesMeanTheValuesTheCodeExpects) {
@@ -245,3 +246,24 @@ TEST(RunSpec, BadArgumentsAreRefusedNamingTheFlag) {
 }
 
 }  // namespace run_spec_test
+
+// Names from files, made printable. The expected strings are written out by hand from the
+// rules: C0 controls, DEL and C1 controls (U+0080..U+009F, as their UTF-8 bytes) and bytes
+// outside well-formed UTF-8 become \xNN; other characters stay whole, and a cut never splits
+// one.
+TEST(Printable, EscapesControlsAndMalformedUtf8AndKeepsTheRest) {
+  using parity::spec::printable;
+  EXPECT_EQ(printable("layers.0.w"), "layers.0.w");
+  EXPECT_EQ(printable("a\x1b[2J\r\n\x7f"), "a\\x1b[2J\\x0d\\x0a\\x7f");
+  EXPECT_EQ(printable("\xc2\x9b" "2J"), "\\xc2\\x9b2J");          // U+009B, the C1 CSI
+  EXPECT_EQ(printable("caf\xc3\xa9 \xe2\x88\x91"), "caf\xc3\xa9 \xe2\x88\x91");  // é, ∑ kept
+  EXPECT_EQ(printable("\xc0\xaf"), "\\xc0\\xaf");                 // overlong '/'
+  EXPECT_EQ(printable("\xed\xa0\x80"), "\\xed\\xa0\\x80");        // a surrogate
+  EXPECT_EQ(printable("\xff\xfe"), "\\xff\\xfe");
+  EXPECT_EQ(printable("x\xe2\x88"), "x\\xe2\\x88");               // cut short
+  EXPECT_EQ(printable("ab\xc3\xa9z", 3), "ab\xc3\xa9...");        // é starts before the limit
+  EXPECT_EQ(printable("abcd", 2), "ab...");
+  EXPECT_EQ(printable("caf\xc3\xa9", 200, true), "caf\\xc3\\xa9");
+  EXPECT_TRUE(parity::spec::is_utf8("caf\xc3\xa9"));
+  EXPECT_FALSE(parity::spec::is_utf8("\xf4\x90\x80\x80"));         // past U+10FFFF
+}

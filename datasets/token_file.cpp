@@ -11,7 +11,10 @@
 #include <string>
 
 #include "datasets/corpus.h"
+#include "spec/limits.h"
 #include "spec/options.h"
+#include "spec/printable.h"
+#include "spec/whole_file.h"
 
 namespace parity::datasets {
 
@@ -113,12 +116,15 @@ IntArray token_ids(int64_t vocab) {
               "); give ids of this flavor's tokenizer"};
 }
 
+// The whole file, sized first and refused past spec::max_file_bytes() (the ids it holds take
+// at most twice its size in memory).
 std::string slurp_file(const std::string& path, const char* flag) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw DataError(std::string(flag) + " '" + path + "' cannot be opened; check the path");
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw DataError(std::string(flag) + " '" + path + "' cannot be read");
-  return bytes;
+  return spec::read_whole_file(
+      path, static_cast<uint64_t>(spec::max_file_bytes()),
+      "raise PARITY_MAX_FILE_BYTES for a trusted file, or give a shorter stream",
+      [&](const std::string& why) {
+        throw DataError(std::string(flag) + " '" + path + "' " + why);
+      });
 }
 
 // Little-endian integers of `width` bytes (2 unsigned, 4 or 8 signed) from `p`, checked against
@@ -154,6 +160,8 @@ bool is_npy_file(const std::string& path) {
 
 namespace {
 
+constexpr size_t kMaxNpyHeader = 65536;
+
 std::vector<int32_t> read_npy_ints(const std::string& path, const IntArray& a) {
   const std::string bytes = slurp_file(path, a.flag);
   const std::string where = std::string(a.flag) + " '" + path + "' (.npy): ";
@@ -173,6 +181,10 @@ std::vector<int32_t> read_npy_ints(const std::string& path, const IntArray& a) {
     throw DataError(where + "format version " + std::to_string(major) + " is not 1, 2 or 3");
   }
   if (header_len > bytes.size() - start) throw DataError(where + "the header runs past the end");
+  // A dict of three short keys: NumPy itself refuses headers past 10,000 bytes by default.
+  if (header_len > kMaxNpyHeader)
+    throw DataError(where + "the header is " + std::to_string(header_len) + " bytes, more than the " +
+                    std::to_string(kMaxNpyHeader) + " an array of ids needs; save it with numpy.save");
   const std::string header = bytes.substr(start, header_len);
   auto value_of = [&](const std::string& key) {
     const auto k = header.find("'" + key + "'");
@@ -197,7 +209,7 @@ std::vector<int32_t> read_npy_ints(const std::string& path, const IntArray& a) {
     width = 1;
     is_unsigned = true;
   } else {
-    throw DataError(where + "element type " + descr.substr(0, descr.find(',')) +
+    throw DataError(where + "element type " + spec::printable(descr.substr(0, descr.find(',')), 40) +
                     " is not uint16, int32 or int64 (little-endian); save the array as one of them");
   }
   if (value_of("fortran_order").rfind("False", 0) != 0)

@@ -42,6 +42,7 @@
 
 #include "dumps/torch_save_detail.h"
 #include "dumps/unpickler.h"
+#include "spec/whole_file.h"
 
 namespace parity::dumps {
 namespace {
@@ -215,19 +216,6 @@ bool plain_name(const std::string& n) {
          n.find('\\') == std::string::npos && n.find('\0') == std::string::npos;
 }
 
-std::string read_file_bytes(const fs::path& p, uint64_t limit, const std::string& what) {
-  std::error_code ec;
-  const uint64_t size = fs::file_size(p, ec);
-  if (ec) refuse(p.string(), "cannot be read (" + ec.message() + ")");
-  if (size > limit)
-    refuse(p.string(), "holds " + std::to_string(size) + " bytes, more than a " + what +
-                           " of a model's checkpoint; " + kResave);
-  std::ifstream in(p, std::ios::binary);
-  std::string bytes(static_cast<size_t>(size), '\0');
-  if (!in.read(bytes.data(), static_cast<std::streamsize>(size)))
-    refuse(p.string(), "cannot be read to its end");
-  return bytes;
-}
 
 class DcpReader {
  public:
@@ -240,7 +228,9 @@ class DcpReader {
                             "or not one; give the step directory that holds .metadata and its "
                             "__*.distcp files");
     index_data_files();
-    const std::string bytes = read_file_bytes(dir_ / ".metadata", kMaxMetadataBytes, "metadata");
+    const std::string bytes = spec::read_whole_file(
+        meta_path_, kMaxMetadataBytes, std::string("more than the metadata of any model's checkpoint; ") + kResave,
+        [&](const std::string& why) { refuse(meta_path_, why); });
     PickleRules rules;
     rules.part = ".metadata";
     rules.damaged = std::string("the file is damaged or was not written by "

@@ -12,6 +12,7 @@
 #include "dumps/tensor_file.h"
 #include "spec/limits.h"
 #include "spec/printable.h"
+#include "spec/whole_file.h"
 
 namespace parity::dumps {
 
@@ -34,21 +35,9 @@ void require_regular(const std::string& path) {
 // The whole file, read once into a buffer of its size (no doubling stream buffer), refused
 // past spec::max_file_bytes() before anything is allocated.
 std::string read_bytes(const std::string& path) {
-  require_regular(path);
-  std::error_code ec;
-  const auto size = std::filesystem::file_size(path, ec);
-  if (ec) throw DumpError("cannot read the size of '" + path + "'; check the file");
-  if (size > static_cast<uintmax_t>(spec::max_file_bytes()))
-    throw DumpError("'" + path + "' is " + std::to_string(size) + " bytes, more than the " +
-                    std::to_string(spec::max_file_bytes()) +
-                    " parity reads whole (PARITY_MAX_FILE_BYTES); raise it for a trusted file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw DumpError("cannot open '" + path + "'; check the path and its permissions");
-  std::string s(static_cast<size_t>(size), '\0');
-  in.read(s.data(), static_cast<std::streamsize>(size));
-  if (in.gcount() != static_cast<std::streamsize>(size) || in.bad())
-    throw DumpError("cannot read '" + path + "' to its end (it changed while read?); check the file");
-  return s;
+  return spec::read_whole_file(path, static_cast<uint64_t>(spec::max_file_bytes()),
+                               "raise PARITY_MAX_FILE_BYTES for a trusted file",
+                               [&](const std::string& why) { throw DumpError("'" + path + "' " + why); });
 }
 
 std::string head_bytes(const std::string& path, size_t n) {

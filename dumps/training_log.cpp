@@ -2,6 +2,7 @@
 
 #include "spec/checked.h"
 #include "spec/limits.h"
+#include "spec/whole_file.h"
 
 #include <nlohmann/json.hpp>
 
@@ -10,7 +11,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <sstream>
@@ -269,20 +269,10 @@ TrainingLog read_training_log(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec))
     fail(path, "does not exist; give a training log, loss file or golden-values file");
-  if (!std::filesystem::is_regular_file(path, ec)) fail(path, "is not a file");
-  const auto bytes = std::filesystem::file_size(path, ec);
-  if (!ec && bytes > static_cast<uintmax_t>(spec::kMaxTextBytes))
-    fail(path, "is " + std::to_string(bytes) + " bytes, more than the " +
-                   std::to_string(spec::kMaxTextBytes) +
-                   " parity reads as a log; cut it to the steps to compare (a step's line is "
-                   "some 100 bytes)");
-  // One read into a buffer of the file's size: a stream buffer would double and copy it.
-  std::ifstream in(path, std::ios::binary);
-  if (!in || ec) fail(path, "cannot be read; check its permissions");
-  std::string text(static_cast<size_t>(bytes), '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  if (in.gcount() != static_cast<std::streamsize>(text.size()))
-    fail(path, "cannot be read to its end (did it change while read?)");
+  const std::string text = spec::read_whole_file(
+      path, static_cast<uint64_t>(spec::kMaxTextBytes),
+      "cut it to the steps to compare (a step's line is some 100 bytes)",
+      [&](const std::string& why) { fail(path, why); });
   if (text.find('\0') != std::string::npos)
     fail(path, "holds binary data, not text: give the run's console log or loss file");
 
@@ -293,7 +283,9 @@ TrainingLog read_training_log(const std::string& path) {
       fail(path, "holds JSON nested more than " + std::to_string(spec::kMaxJsonDepth) +
                      " deep (golden values nest 3 deep, a metrics line 1); the file is damaged or not a log");
     const auto j = nlohmann::json::parse(text, nullptr, false);
-    if (!j.is_discarded() && j.is_object()) return read_golden(path, j);
+    // One object with a "step" is a metrics file of one step (parity train --steps 1), read
+    // line by line below; any other object is golden values.
+    if (!j.is_discarded() && j.is_object() && !j.contains("step")) return read_golden(path, j);
   }
 
   // Line by line: every line that is a step in some format, by format.

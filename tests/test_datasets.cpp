@@ -1,6 +1,7 @@
 // Tests for parity_datasets: corpora, tokenizer (training, cache, determinism), the
 // packed token stream cache, token rows and the micro-batch order.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 
 #include "datasets/corpus.h"
 #include "datasets/rows.h"
+#include "datasets/token_file.h"
 #include "datasets/tokenizer.h"
 
 namespace fs = std::filesystem;
@@ -483,4 +485,45 @@ TEST(MicrobatchRows, RejectsOutOfRangeArguments) {
   EXPECT_THROW(microbatch_rows(shape, 10, 1, 2, 0, false), std::invalid_argument);
   EXPECT_THROW(microbatch_rows(shape, 10, 1, 0, 4, false), std::invalid_argument);
   EXPECT_THROW(microbatch_rows(shape, 0, 1, 0, 0, false), std::invalid_argument);
+}
+
+// A NumPy token file is sized before it is read and refused past PARITY_MAX_FILE_BYTES (it was
+// read through a doubling stream buffer, whatever its size); a named pipe is refused, not
+// waited on.
+TEST(NpyTokens, AFilePastTheFileLimitOrNotAFileIsRefusedBeforeReading) {
+  TempDir dir;
+  const auto path = (dir.path() / "ids.npy").string();
+  // Version 1.0: magic, version, a 2-byte header length, the header padded to 64 bytes, then
+  // four little-endian uint16 ids.
+  std::string header = "{'descr': '<u2', 'fortran_order': False, 'shape': (4,), }";
+  while ((10 + header.size() + 1) % 64) header += ' ';
+  header += '\n';
+  std::string bytes = std::string("\x93NUMPY\x01\x00", 8);
+  bytes += static_cast<char>(header.size());
+  bytes += '\0';
+  bytes += header;
+  for (char id : {1, 2, 3, 4}) bytes += std::string{id, '\0'};
+  std::ofstream(path, std::ios::binary) << bytes;
+  ASSERT_EQ(read_npy_tokens(path, 16), (std::vector<int32_t>{1, 2, 3, 4}));
+  ::setenv("PARITY_MAX_FILE_BYTES", std::to_string(bytes.size() - 1).c_str(), 1);
+  std::string what;
+  try {
+    read_npy_tokens(path, 16);
+  } catch (const DataError& e) {
+    what = e.what();
+  }
+  ::unsetenv("PARITY_MAX_FILE_BYTES");
+  EXPECT_NE(what.find("--tokens '" + path + "' is " + std::to_string(bytes.size()) +
+                      " bytes, more than the " + std::to_string(bytes.size() - 1)),
+            std::string::npos)
+      << what;
+  const auto fifo = (dir.path() / "pipe.npy").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  what.clear();
+  try {
+    read_npy_tokens(fifo, 16);
+  } catch (const DataError& e) {
+    what = e.what();
+  }
+  EXPECT_NE(what.find("is not a regular file"), std::string::npos) << what;
 }

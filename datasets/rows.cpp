@@ -13,7 +13,8 @@ TokenRows::TokenRows(std::vector<int32_t> stream, int64_t seq_len, int64_t rows_
   check(rows_needed, nullptr);
 }
 
-TokenRows::TokenRows(std::vector<int32_t> stream, int64_t seq_len, const BatchShape& shape)
+TokenRows::TokenRows(std::vector<int32_t> stream, int64_t seq_len, const BatchShape& shape,
+                     const std::string& source)
     : stream_(std::move(stream)), seq_len_(seq_len) {
   if (shape.dp < 1 || shape.microbatches < 1 || shape.rows_per_microbatch < 1) {
     throw DataError("batch shape dp " + std::to_string(shape.dp) + " x " +
@@ -24,10 +25,10 @@ TokenRows::TokenRows(std::vector<int32_t> stream, int64_t seq_len, const BatchSh
   const std::string text = "dp " + std::to_string(shape.dp) + " x " +
                            std::to_string(shape.microbatches) + " micro-batches x " +
                            std::to_string(shape.rows_per_microbatch) + " rows";
-  check(shape.rows_per_step(), text.c_str());
+  check(shape.rows_per_step(), text.c_str(), source);
 }
 
-void TokenRows::check(int64_t rows_needed, const char* shape_text) {
+void TokenRows::check(int64_t rows_needed, const char* shape_text, const std::string& source) {
   if (seq_len_ < 1) {
     throw DataError("--seq-len " + std::to_string(seq_len_) +
                     " is invalid; pass a positive sequence length");
@@ -38,11 +39,13 @@ void TokenRows::check(int64_t rows_needed, const char* shape_text) {
   if (num_rows_ < rows_needed) {
     std::string need = std::to_string(rows_needed) + " rows";
     if (shape_text) need += std::string(" (") + shape_text + ")";
+    const std::string n = std::to_string(tokens) + " tokens";
     throw DataError("one step needs " + need + " of " + std::to_string(width) +
-                    " tokens (--seq-len " + std::to_string(seq_len_) + " + 1), but the corpus's " +
-                    std::to_string(tokens) + " tokens make only " + std::to_string(num_rows_) +
-                    "; lower --batch, --microbatches, --dp or --seq-len, or pass a larger "
-                    "--data file");
+                    " tokens (--seq-len " + std::to_string(seq_len_) + " + 1), but " +
+                    (source.empty() ? "the corpus's " + n : source + " holds " + n + ", which") +
+                    " make only " + std::to_string(num_rows_) +
+                    "; lower --batch, --microbatches, --dp or --seq-len, or " +
+                    (source.empty() ? "pass a larger --data file" : "give more tokens"));
   }
 }
 

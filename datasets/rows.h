@@ -34,8 +34,10 @@ class TokenRows {
   // a larger --data file.
   TokenRows(std::vector<int32_t> stream, int64_t seq_len, int64_t rows_needed = 1);
   // Same, with rows_needed = shape.rows_per_step(); the message spells out the shape
-  // ("one step needs 4 (dp 1 x 4 micro-batches x 1 rows)").
-  TokenRows(std::vector<int32_t> stream, int64_t seq_len, const BatchShape& shape);
+  // ("one step needs 4 (dp 1 x 4 micro-batches x 1 rows)"). `source` names where the stream
+  // came from ("--tokens 'ids.npy'"); empty, the corpus (and the remedy is a larger --data).
+  TokenRows(std::vector<int32_t> stream, int64_t seq_len, const BatchShape& shape,
+            const std::string& source = {});
 
   int64_t seq_len() const { return seq_len_; }
   int64_t num_rows() const { return num_rows_; }
@@ -54,7 +56,7 @@ class TokenRows {
   const int32_t* positions(int64_t i) const;
 
  private:
-  void check(int64_t rows_needed, const char* shape_text);
+  void check(int64_t rows_needed, const char* shape_text, const std::string& source = {});
 
   std::vector<int32_t> stream_;
   std::vector<int32_t> positions_;  // empty, or one per stream token

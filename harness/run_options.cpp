@@ -148,7 +148,9 @@ std::unique_ptr<datasets::TokenRows> load_rows(const RunOptions& o) {
                      " pieces but flavor " + cfg.name + " embeds only " +
                      std::to_string(cfg.vocab) + " tokens; use a flavor with a larger vocabulary");
   const datasets::BatchShape shape{o.dp, o.microbatches, o.rows};
-  auto rows = std::make_unique<datasets::TokenRows>(std::move(file.ids), o.seq_len, shape);
+  auto rows = std::make_unique<datasets::TokenRows>(
+      std::move(file.ids), o.seq_len, shape,
+      o.tokens_path.empty() ? std::string() : "--tokens '" + o.tokens_path + "'");
   if (!o.positions_path.empty())
     rows->set_positions(datasets::read_npy_positions(o.positions_path),
                         "--positions '" + o.positions_path + "'");

@@ -146,6 +146,9 @@ const std::vector<Case>& cases() {
       {"TokensDtypeUnknown", T + "--tokens odd.bin --tokens-dtype float32",
        "unknown --tokens-dtype 'float32'; accepted: uint16, int32, int64$"},
       {"TokensNeitherKind", T + "--tokens afile", "is not a token file: neither parity's .* nor a .npy array"},
+      // The file named, not "the corpus" and --data (found by the reader fuzz suite).
+      {"TokensTooFewForOneStep", "train --flavor tiny --steps 1 --seq-len 16 --microbatches 4 --tokens ids34.npy",
+       "--tokens 'ids34.npy' holds 34 tokens, which make only 2; lower .*, or give more tokens$"},
       {"PositionsWithoutDocuments", T + "--tokens ids34.npy --positions pos34.npy",
        "--positions 'pos34.npy' gives document starts, which only --documents on uses"},
       {"PositionsWithoutTokens", T + "--documents on --positions pos34.npy",

@@ -158,6 +158,22 @@ TEST_F(TrainingLogs, ParityMetricsBitwise) {
   EXPECT_EQ(log.steps[1].grad_norm, 0.5);
 }
 
+// A metrics file of one step (parity train --steps 1) is one JSON object: it was taken for a
+// golden-values document and refused for lacking "lm loss" (found by the reader fuzz suite).
+TEST_F(TrainingLogs, ParityMetricsOfOneStepBitwise) {
+  for (const char* end : {"\n", ""}) {
+    const auto log = read_training_log(write(
+        "one.jsonl",
+        std::string(R"({"step": 1, "loss": 8.1, "grad_norm": 0.5, "loss_hex": "0x1.0333333333333p+3", "grad_norm_hex": "0x1p-1"})") +
+            end));
+    EXPECT_EQ(log.format, "parity");
+    ASSERT_EQ(log.steps.size(), 1u);
+    EXPECT_EQ(log.steps[0].step, 1);
+    EXPECT_EQ(log.steps[0].loss, 0x1.0333333333333p+3);
+    EXPECT_EQ(log.steps[0].grad_norm, 0.5);
+  }
+}
+
 // A step printed by two ranks with the same values is one step.
 TEST_F(TrainingLogs, TheSameStepTwiceWithTheSameValuesIsOneExact) {
   const auto log = read_training_log(

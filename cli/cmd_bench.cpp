@@ -25,6 +25,12 @@ Command add_bench_command(CLI::App& app) {
                   "--what ratio: reference + pipelined pairs run back to back; the median "
                   "pair's ratio is reported")
       ->capture_default_str()->check(integer_in(1, 100));
+  cmd->add_option("--log-steps", o->log_steps,
+                  "--what readers: steps in each torchtitan log written and read")
+      ->capture_default_str()->check(integer_in(1, 10'000'000));
+  cmd->add_option("--entries", o->entries,
+                  "--what readers: tensors in each safetensors file written and read")
+      ->capture_default_str()->check(integer_in(1, 1'000'000));
   cmd->add_option("--a", o->a, "--what compare: the first dump")->check(non_empty_path());
   cmd->add_option("--b", o->b, "--what compare: the second dump")->check(non_empty_path());
   return {cmd, [o] {
@@ -38,6 +44,7 @@ Command add_bench_command(CLI::App& app) {
               case T::Kda: return harness::bench_kda(*o);
               case T::Compare: return harness::bench_compare(*o);
               case T::Gemm: return harness::bench_gemm(*o);
+              case T::Readers: return harness::bench_readers(*o);
               case T::Reference: case T::Step: case T::Pipelined: break;
             }
             return harness::bench_trainer(*o);

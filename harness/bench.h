@@ -12,8 +12,12 @@
 //   gemm                    square matrix products (n = 256, 512, 1024, 2048) in the compute
 //                           dtype, through project() as every linear layer runs them:
 //                           GFLOP/s (2 n^3 per product), the practical peak of the kernels
+//   readers                 the file readers on the largest inputs users bring: a torchtitan
+//                           log of --log-steps steps read, and drift over two; a safetensors
+//                           file of --entries tensors read, and two compared
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "harness/run_options.h"
@@ -28,6 +32,8 @@ struct BenchOptions {
   std::string a, b;  // what = compare: the two dumps
   bool breakdown = false;  // what = reference, step or pipelined (in-process)
   int rounds = 3;          // what = ratio: reference + pipelined pairs
+  int64_t log_steps = 2'000'000;  // what = readers: steps per log
+  int64_t entries = 200'000;      // what = readers: tensors per safetensors file
 };
 
 // Each prints its table on stdout (progress on stderr) and returns the exit code.
@@ -39,5 +45,6 @@ int bench_ratio(BenchOptions o);
 int bench_kda(const BenchOptions& o);
 int bench_compare(const BenchOptions& o);
 int bench_gemm(const BenchOptions& o);
+int bench_readers(const BenchOptions& o);  // harness/bench_readers.cpp
 
 }  // namespace parity::harness

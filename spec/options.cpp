@@ -128,7 +128,8 @@ const Choices<BenchTarget>& bench_targets() {
                                        {BenchTarget::Ratio, "ratio"},
                                        {BenchTarget::Kda, "kda"},
                                        {BenchTarget::Compare, "compare"},
-                                       {BenchTarget::Gemm, "gemm"}}};
+                                       {BenchTarget::Gemm, "gemm"},
+                                       {BenchTarget::Readers, "readers"}}};
   return t;
 }
 

@@ -17,12 +17,14 @@
 #include <gtest/gtest.h>
 
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -128,11 +130,14 @@ inline bool group_alive(pid_t pgid) { return ::kill(-pgid, 0) == 0 || errno == E
 
 // Runs argv[0] = PARITY_BIN with `args` in `cwd`, stdout and stderr into `capture_dir`. The
 // child leads its own process group. `during`, if set, is called with the child's pid while it
-// runs (to signal it); the run is killed (with its group) after `limit_s`.
+// runs (to signal it); the run is killed (with its group) after `limit_s`. A nonzero
+// `address_space` caps the child's virtual memory (RLIMIT_AS, in bytes): an allocation past
+// it fails in the child instead of taking the machine's memory.
 inline RunResult run_in(const fs::path& cwd, const std::vector<std::string>& args,
                         const std::map<std::string, std::string>& env,
                         const fs::path& capture_dir, double limit_s = 30,
-                        const std::function<void(pid_t)>& during = {}) {
+                        const std::function<void(pid_t)>& during = {},
+                        uint64_t address_space = 0) {
   const fs::path out = capture_dir / "stdout.txt", err = capture_dir / "stderr.txt";
   std::vector<std::string> argv_s = {PARITY_BIN};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
@@ -145,6 +150,10 @@ inline RunResult run_in(const fs::path& cwd, const std::vector<std::string>& arg
   if (pid == 0) {
     ::setpgid(0, 0);
     if (::chdir(cwd.c_str()) != 0) ::_exit(126);
+    if (address_space) {
+      const struct rlimit cap {address_space, address_space};
+      if (::setrlimit(RLIMIT_AS, &cap) != 0) ::_exit(126);
+    }
     for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
     std::FILE* o = std::freopen(out.c_str(), "w", stdout);
     std::FILE* e = std::freopen(err.c_str(), "w", stderr);
@@ -369,7 +378,8 @@ class Fixtures {
 // (a run that is expected to write its outputs).
 class Sandbox {
  public:
-  explicit Sandbox(const std::string& name) {
+  // `fixtures`: the directory whose entries the run sees (empty: the shared fixtures above).
+  explicit Sandbox(const std::string& name, const fs::path& fixtures = {}) {
     // Beside the fixtures (hard links need one file system), named for the test and process.
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
     std::string leaf = std::to_string(::getpid()) + "_" +
@@ -381,7 +391,7 @@ class Sandbox {
     fs::create_directories(cwd());
     fs::create_directories(capture());
     fs::create_directories(tmp());
-    const fs::path fx = Fixtures::dir();
+    const fs::path fx = fixtures.empty() ? Fixtures::dir() : fixtures;
     for (auto it = fs::recursive_directory_iterator(fx); it != fs::end(it); ++it) {
       const fs::path rel = fs::relative(it->path(), fx);
       if (rel == "ready") continue;
@@ -401,10 +411,10 @@ class Sandbox {
 
   RunResult run(const std::vector<std::string>& args,
                 std::map<std::string, std::string> env = {}, double limit_s = 30,
-                const std::function<void(pid_t)>& during = {}) {
+                const std::function<void(pid_t)>& during = {}, uint64_t address_space = 0) {
     env.emplace("PARITY_CACHE_DIR", PARITY_TEST_CACHE_DIR);
     env["TMPDIR"] = tmp().string();
-    return run_in(cwd(), args, env, capture(), limit_s, during);
+    return run_in(cwd(), args, env, capture(), limit_s, during, address_space);
   }
 
   // What the run changed in its directory ("" when nothing), and what it left in TMPDIR.

@@ -39,6 +39,9 @@ Command add_compare_command(CLI::App& app) {
                   "against the predicted set of the cached transport");
   cmd->add_option("--step", o->step, "the dumped step a single-step file stands for")
       ->check(integer_in(1, spec::kMaxSteps));
+  cmd->add_flag("--allow-nonfinite", o->allow_nonfinite,
+                "let NaN and Inf that match bit for bit agree (by default a non-finite value "
+                "fails, even against itself)");
   cmd->add_flag("--all", o->all_rows, "list the bitwise-equal tensors too");
   cmd->add_option("--truth", o->truth, "an fp64 run of the same cell: report each run's error "
                                        "against it in its own ulps")

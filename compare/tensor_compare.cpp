@@ -278,6 +278,7 @@ std::string to_string(const Tolerance& t) {
 
 bool within(const TensorDiff& d, const Tolerance& t) {
   if (!d.problem.empty()) return false;
+  if (d.nonfinite() > 0 && !t.allow_nonfinite) return false;
   switch (t.kind) {
     case Tolerance::Bitwise: return d.bitwise;
     case Tolerance::Ulp: return d.nan_mismatch == 0 && d.max_ulp <= t.ulps;

@@ -56,6 +56,9 @@ struct TensorDiff {
   int64_t nan_mismatch = 0;      // NaN on one side only, or infinities that differ
   int64_t signed_zero_diff = 0;  // +0 against -0
   bool all_zero = true;          // both sides entirely zero
+  // NaN or Inf elements on either side: never an agreement, not even bitwise (unless the
+  // tolerance allows them), since two runs that both blew up agree on nothing.
+  int64_t nonfinite() const { return nan_a + nan_b + inf_a + inf_b; }
 };
 
 // ulp_dtype: the float dtype to count ulps (and take torch's tolerance) in; nullopt, or a
@@ -72,9 +75,12 @@ uint64_t ulp_distance_bf16(uint16_t a, uint16_t b);
 //   bitwise:  every bit equal;
 //   ulp:K     no hard mismatch and every element within K ulps (ulp dtype);
 //   torch:    every element within assert_close's default tolerance for the ulp dtype.
+// Under every kind a tensor holding NaN or Inf on either side disagrees, unless
+// allow_nonfinite (--allow-nonfinite) lets bitwise-equal specials pass.
 struct Tolerance {
   enum Kind { Bitwise, Ulp, Torch } kind = Bitwise;
   uint64_t ulps = 0;
+  bool allow_nonfinite = false;
 };
 // The presets' names (--tol): bitwise, ulp:K (K a count of ulps), torch.
 const spec::Choices<Tolerance::Kind>& tolerance_kinds();

@@ -168,10 +168,11 @@ Tolerance tolerance_of(const CompareOptions& o) {
     if (o.tol != "bitwise")
       throw CompareError("--max-ulp " + std::to_string(*o.max_ulp) + " and --tol " + o.tol +
                          " both set the tolerance; give one (--max-ulp K is --tol ulp:K)");
-    return Tolerance{Tolerance::Ulp, *o.max_ulp};
+    return Tolerance{Tolerance::Ulp, *o.max_ulp, o.allow_nonfinite};
   }
-  const auto t = parse_tolerance(o.tol);
+  auto t = parse_tolerance(o.tol);
   if (!t) throw CompareError(tolerance_kinds().unknown_message(tolerance_kinds().option(), o.tol));
+  t->allow_nonfinite = o.allow_nonfinite;
   return *t;
 }
 
@@ -187,6 +188,8 @@ struct Findings {
   const Tolerance& tol;
   const std::vector<std::string>& outside;
   const std::vector<std::string>& vacuous;
+  const std::vector<std::string>& nonfinite;
+  bool nonfinite_allowed;
   int64_t first_loss_diff;
   bool prediction;
   bool failed;
@@ -236,6 +239,15 @@ std::vector<dumps::JunitCase> junit_cases(const Findings& f) {
     for (const auto& v : f.vacuous) vac.detail += v + "\n";
   }
   cases.push_back(vac);
+  dumps::JunitCase fin{"parity.compare", "every value is finite", 0, dumps::JunitCase::Passed,
+                       "", ""};
+  if (!f.nonfinite.empty()) {
+    fin.outcome = f.nonfinite_allowed ? dumps::JunitCase::Passed : dumps::JunitCase::Failed;
+    fin.message = std::string(f.nonfinite_allowed ? "allowed by --allow-nonfinite: " : "") +
+                  "non-finite: " + f.nonfinite[0];
+    for (const auto& v : f.nonfinite) fin.detail += v + "\n";
+  }
+  cases.push_back(fin);
   if (f.prediction) {
     dumps::JunitCase pred{"parity.compare", "differences within the predicted set", 0,
                           dumps::JunitCase::Passed, "", ""};
@@ -257,6 +269,8 @@ std::string markdown_summary(const CompareOptions& o, const Findings& f) {
                    to_string(f.tol) + "): " + std::to_string(f.rows.size()) + " tensors, " +
                    std::to_string(differing) + " differ: **" + (f.failed ? "FAILED" : "OK") + "**\n\n";
   for (const auto& v : f.vacuous) md += "- vacuous agreement: " + v + "\n";
+  for (const auto& v : f.nonfinite)
+    md += std::string("- non-finite") + (f.nonfinite_allowed ? " (allowed)" : "") + ": " + v + "\n";
   if (f.first_loss_diff > 0)
     md += "- loss or grad norm first differs at step " + std::to_string(f.first_loss_diff) + "\n";
   if (f.prediction)
@@ -343,6 +357,23 @@ int compare_command(const CompareOptions& o) {
   };
   if (dead(A.losses) && dead(B.losses)) vacuous.push_back("both runs are dead (non-finite loss)");
   if (!vacuous.empty()) failed = true;
+  // A non-finite loss or norm never agrees, not even with itself (unless allowed).
+  std::vector<std::string> nonfinite;
+  for (const auto* run : {&A, &B})
+    for (size_t i = 0; i < run->losses.size() || i < run->grad_norms.size(); ++i) {
+      const bool bad = (i < run->losses.size() && !std::isfinite(run->losses[i])) ||
+                       (i < run->grad_norms.size() && !std::isfinite(run->grad_norms[i]));
+      if (!bad) continue;
+      nonfinite.push_back(std::string(run == &A ? "a" : "b") + ": the loss or grad norm of step " +
+                          std::to_string(i + 1) + " is not finite");
+      break;
+    }
+  for (const auto& [step, d] : rows)
+    if (d.nonfinite() > 0 && d.problem.empty())
+      nonfinite.push_back(d.name + " (step " + std::to_string(step) + ") holds " +
+                          std::to_string(d.nan_a + d.nan_b) + " NaN and " +
+                          std::to_string(d.inf_a + d.inf_b) + " Inf across the two runs");
+  if (!nonfinite.empty() && !o.allow_nonfinite) failed = true;
 
   // Every step's loss and norm, from the metrics.
   int64_t first_loss_diff = -1;
@@ -365,7 +396,7 @@ int compare_command(const CompareOptions& o) {
     }
   }
 
-  const Findings findings{rows, tol, outside, vacuous, first_loss_diff, prediction.has_value(),
+  const Findings findings{rows, tol, outside, vacuous, nonfinite, o.allow_nonfinite, first_loss_diff, prediction.has_value(),
                           failed};
   if (!o.junit.empty()) dumps::write_junit(o.junit, {{"parity.compare", junit_cases(findings)}});
   if (!o.markdown.empty())
@@ -390,6 +421,8 @@ int compare_command(const CompareOptions& o) {
                                                                 : nlohmann::json(worst)},
                     {"first_step_loss_or_norm_differs", first_loss_diff},
                     {"vacuous", vacuous},
+                    {"nonfinite", nonfinite},
+                    {"nonfinite_allowed", o.allow_nonfinite},
                     {"pass", !failed}};
     if (prediction)
       j["prediction"] = {{"layout", o.layout},
@@ -407,7 +440,7 @@ int compare_command(const CompareOptions& o) {
               "<0.1%", "<0.5%", "max_abs", "at index: a vs b");
   for (const auto& [step, d] : rows) {
     const bool out = std::find(outside.begin(), outside.end(), d.name) != outside.end();
-    if (d.bitwise && !o.all_rows) continue;
+    if (d.bitwise && d.nonfinite() == 0 && !o.all_rows) continue;
     if (!d.problem.empty()) {
       std::printf("%5lld  %-46s %s\n", static_cast<long long>(step), escaped(d.name).c_str(),
                   escaped(d.problem).c_str());
@@ -420,7 +453,8 @@ int compare_command(const CompareOptions& o) {
                 static_cast<long long>(d.numel), d.bitwise ? "yes" : "no",
                 static_cast<long long>(d.wrong), ulps.c_str(), d.scale_ulps, d.nmse, d.cosine,
                 d.share_1e3, d.share_5e3, d.max_abs, static_cast<long long>(d.max_abs_index),
-                d.max_abs_a, d.max_abs_b, d.nan_mismatch ? "  NaN/Inf mismatch" : "",
+                d.max_abs_a, d.max_abs_b,
+                d.nan_mismatch ? "  NaN/Inf mismatch" : d.nonfinite() ? "  NaN/Inf" : "",
                 within(d, tol) ? "" : "  (outside the tolerance)",
                 out ? "  OUTSIDE THE PREDICTION" : "");
   }
@@ -428,6 +462,9 @@ int compare_command(const CompareOptions& o) {
     std::printf("# every-step metrics: loss or grad norm first differs at step %lld\n",
                 static_cast<long long>(first_loss_diff));
   for (const auto& v : vacuous) std::printf("# vacuous agreement: %s\n", escaped(v).c_str());
+  for (const auto& v : nonfinite)
+    std::printf("# non-finite%s: %s\n", o.allow_nonfinite ? " (allowed by --allow-nonfinite)" : "",
+                escaped(v).c_str());
   if (prediction) {
     std::printf("# prediction (--layout %s): %s\n", o.layout.c_str(),
                 prediction->describe().c_str());

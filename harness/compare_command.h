@@ -35,6 +35,7 @@ struct CompareOptions {
   int64_t step = 0;       // the parity dump's step a single-step file stands for (0: its only)
   bool all_rows = false;  // list the bitwise-equal tensors too
   int threads = 2;
+  bool allow_nonfinite = false;  // NaN/Inf that match bit for bit count as agreeing
   std::string truth;  // an fp64 dump of the same cell, or ""
   std::string junit;     // JUnit XML: one testcase per step and tensor group, or ""
   std::string markdown;  // a Markdown summary (for a PR comment), or ""

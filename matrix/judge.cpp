@@ -63,15 +63,18 @@ reports::Step1Diff diff_step1(const dumps::Dump& a, const ReferenceDump& b,
   for (const auto& row : rows) {
     const auto& t = row.diff;
     const bool tensor = t.name.rfind("grads/", 0) == 0 || t.name.rfind("params/", 0) == 0;
-    const uint64_t ulp = !t.problem.empty() || t.nan_mismatch ? reports::kUlpInfinite : t.max_ulp;
+    // A NaN or Inf is never a match, not even the same bits in both dumps.
+    const bool nonfinite = t.nonfinite() > 0;
+    const uint64_t ulp = !t.problem.empty() || t.nan_mismatch || nonfinite ? reports::kUlpInfinite
+                                                                           : t.max_ulp;
     if (!tensor) {
-      if (!t.bitwise) d.scalars_equal = false;
+      if (!t.bitwise || nonfinite) d.scalars_equal = false;
       continue;
     }
     ++d.tensors;
-    if (!t.bitwise) ++d.wrong_tensors;
+    if (!t.bitwise || nonfinite) ++d.wrong_tensors;
     d.max_ulp = std::max(d.max_ulp, ulp);
-    if (t.name.rfind("grads/", 0) == 0) d.grad_ulps.push_back(t.bitwise ? 0 : std::max<uint64_t>(ulp, 1));
+    if (t.name.rfind("grads/", 0) == 0) d.grad_ulps.push_back(t.bitwise && !nonfinite ? 0 : std::max<uint64_t>(ulp, 1));
   }
   d.have = true;
   return d;

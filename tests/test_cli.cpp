@@ -286,6 +286,26 @@ TEST_F(Cli, CompareOfTheSameCellAndOfReferenceAgainstNaivePipelinePasses) {
   EXPECT_GT(j["summary"]["tensors"].get<int>(), 800);  // two steps of 428 grads + params
 }
 
+// A diverged run's dump (lr 1e9: step 3's gradients hold NaN) compared with itself: the same
+// bits on both sides, and still a failure, since NaN is not a match; --allow-nonfinite lets it
+// pass and says so.
+TEST_F(Cli, CompareFailsOnANanDumpEvenAgainstItself) {
+  const auto d = dir_ / "nan";
+  ASSERT_EQ(run("train --flavor tiny --steps 3 --seq-len 16 --lr 1e9 --quiet --dump-steps 3 "
+                "--dump " + d.string()).code, 0);
+  auto r = run("compare " + d.string() + " " + d.string());
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("# non-finite: grads/"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("FAILED"), std::string::npos) << r.out;
+  auto j = nlohmann::json::parse(run("compare " + d.string() + " " + d.string() + " --json").out);
+  EXPECT_EQ(j["summary"]["differing"], 0);  // every bit agrees
+  EXPECT_FALSE(j["summary"]["pass"].get<bool>());
+  auto allowed = run("compare " + d.string() + " " + d.string() + " --allow-nonfinite");
+  EXPECT_EQ(allowed.code, 0) << allowed.out << allowed.err;
+  EXPECT_NE(allowed.out.find("# non-finite (allowed by --allow-nonfinite)"), std::string::npos)
+      << allowed.out;
+}
+
 TEST_F(Cli, CompareOfCachedAgainstNaiveListsTheDifferingTensorsWithUlps) {
   const std::string cell = "train --flavor tiny --dtype bf16 --steps 1 --seq-len 16 --quiet "
                            "--trainer pipelined --pp 2 --vp 2 --dump-steps 1 --dump ";

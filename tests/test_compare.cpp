@@ -109,6 +109,27 @@ TEST(CompareArrays, IdenticalBuffersStillCountNanAndInf) {
   EXPECT_TRUE(compare_arrays("z", f32_array({0.0f, -0.0f}), f32_array({0.0f, -0.0f})).all_zero);
 }
 
+// A NaN or Inf never agrees, under any tolerance, even bit for bit against itself; only
+// allow_nonfinite lets the bitwise-equal specials through (and a finite tensor is unaffected).
+TEST(CompareArrays, NonFiniteNeverAgreesUnderAnyToleranceUnlessAllowed) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const auto& values : {std::vector<float>{1.0f, nan}, std::vector<float>{inf, 2.0f}}) {
+    const auto a = f32_array(values);
+    const auto d = compare_arrays("t", a, a);
+    ASSERT_TRUE(d.bitwise);
+    EXPECT_EQ(d.nonfinite(), 2);  // one special, counted on each side
+    for (auto kind : {Tolerance::Bitwise, Tolerance::Ulp, Tolerance::Torch}) {
+      EXPECT_FALSE(within(d, Tolerance{kind, 1000}));
+      EXPECT_EQ(within(d, Tolerance{kind, 1000, /*allow_nonfinite=*/true}),
+                kind != Tolerance::Torch || values[0] == inf)  // torch: NaN fails assert_close
+          << to_string(Tolerance{kind, 1000});
+    }
+  }
+  const auto fin = f32_array({1.0f, 2.0f});
+  EXPECT_TRUE(within(compare_arrays("f", fin, fin), Tolerance{}));
+}
+
 TEST(CompareArrays, AllZeroIsReported) {
   EXPECT_TRUE(compare_arrays("z", f32_array({0, 0}), f32_array({0, 0})).all_zero);
   EXPECT_FALSE(compare_arrays("z", f32_array({0, 1}), f32_array({0, 1})).all_zero);

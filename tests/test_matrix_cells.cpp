@@ -2,13 +2,20 @@
 // command is its RunSpec (read back with the specification's own parser), the launch order
 // starts the longest cells first, and preparing the cells applies --only, --steps, --device
 // and --inject as a user reads them.
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <limits>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "dumps/dump.h"
+#include "kernels/observer.h"
 #include "matrix/cells.h"
+#include "matrix/judge.h"
 #include "matrix/runner.h"
 #include "reports/matrix.h"
 #include "spec/run_spec.h"
@@ -202,6 +209,63 @@ TEST_F(SettleCell, ATimeoutOrAStopSaysSoBeforeHowItExited) {
   e.exit = exited(0);
   detail::settle(done, e);
   EXPECT_EQ(done.status, "ok");
+}
+
+}  // namespace
+
+namespace {
+
+// A bitwise gate never passes on a NaN, not even when the cell's dump and its reference's hold
+// the same bits: the judge counts every tensor holding NaN or Inf as differing. The control (the
+// same dumps without the NaN) passes, so the failure is the NaN's.
+parity::reports::GateResult gate_over_identical_dumps(const std::filesystem::path& dir, bool nan) {
+  namespace fs = std::filesystem;
+  fs::remove_all(dir);
+  for (const char* cell : {"ref", "cell"}) {
+    parity::dumps::DumpWriter w((dir / cell / "dump").string(), {1}, "testsha");
+    parity::kernels::RunInfo info;
+    info.trainer = "reference";
+    info.flavor = "tiny";
+    info.precision = "fp32";
+    info.fqns = {"a.weight"};
+    w.on_start(info);
+    parity::kernels::StepRecord r;
+    r.step = 1;
+    r.loss = at::full({}, 7.0f);
+    r.grad_norm = at::full({}, 1.5f);
+    r.mb_losses = {at::full({}, 3.5f), at::full({}, 3.5f)};
+    std::vector<at::Tensor> grads{at::arange(4, at::kFloat)};
+    if (nan) grads[0][2] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<at::Tensor> params{at::zeros({4})};
+    r.grads = &grads;
+    r.params = &params;
+    w.on_step(r);
+    w.on_end();
+  }
+  parity::reports::MatrixResult m;
+  parity::reports::CellResult ref, cell;
+  ref.cell.name = "ref";
+  ref.status = "ok";
+  cell.cell.name = "cell";
+  cell.cell.reference = "ref";
+  cell.cell.gate = parity::reports::Gate::Bitwise;
+  cell.status = "ok";
+  m.cells = {ref, cell};
+  parity::matrix::judge_cell(m.cells[1], m, dir);
+  fs::remove_all(dir);
+  return m.cells[1].gate;
+}
+
+TEST(MatrixJudge, ABitwiseGateFailsOnANanGradientEvenAgainstTheSameBits) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("parity-judge-nan-" + std::to_string(::getpid()));
+  const auto clean = gate_over_identical_dumps(dir, false);
+  EXPECT_TRUE(clean.passed) << clean.why;
+  const auto nan = gate_over_identical_dumps(dir, true);
+  EXPECT_FALSE(nan.passed);
+  // the gradient (the parameter is finite)
+  EXPECT_NE(nan.why.find("1 of 2 tensors differ at step 1 (max inf ulp)"), std::string::npos)
+      << nan.why;
 }
 
 }  // namespace

@@ -110,7 +110,9 @@ void add_run_options(CLI::App& cmd, harness::RunOptions& o) {
   cmd.add_option("--inject", o.inject,
                  "inject a routing bug (pipelined, cache on): KIND:block=B,stage=S[,mb=M], "
                  "KIND drop-deposit|duplicate-deposit|misroute|skip-collect|stale-block; "
-                 "the deposit count check is then off");
+                 "the deposit count check is then off. Or a gradient bug (reference): "
+                 "drop-microbatch:mb=M, scale-grads:factor=F, zero-grad:param=FQN, "
+                 "swap-grads:a=FQN,b=FQN");
 }
 
 }  // namespace parity::cli

@@ -12,7 +12,9 @@ namespace parity::harness {
 void run_prepared(const RunOptions& o, const PreparedRun& run, kernels::StepObserver& obs,
                   const RunReport& report) {
   if (!o.pipelined()) {
-    reference::ReferenceTrainer(run.cfg, run.init, *run.rows).run(obs);
+    reference::ReferenceTrainer trainer(run.cfg, run.init, *run.rows);
+    trainer.set_grad_faults(run.grad_faults);
+    trainer.run(obs);
     if (report) report({});
     return;
   }

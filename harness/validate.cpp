@@ -11,6 +11,7 @@
 #include "pipelined/comm.h"
 #include "pipelined/routing.h"
 #include "pipelined/split.h"
+#include "reference/grad_faults.h"
 
 namespace parity::harness {
 
@@ -31,8 +32,17 @@ std::string layout_hint(const kernels::ModelConfig& m, const pipelined::Pipeline
 // The combinations of options a trainer refuses.
 void check_combinations(const RunOptions& o) {
   const bool pipe = o.pipelined();
+  if (pipe)
+    for (const auto& f : o.inject)
+      if (reference::is_grad_fault(f))
+        throw UsageError("--inject '" + f + "' is a gradient fault of the reference trainer; "
+                         "give --trainer reference");
   if (!pipe) {
-    if (!o.inject.empty()) throw UsageError("--inject needs --trainer pipelined");
+    for (const auto& f : o.inject)
+      if (!reference::is_grad_fault(f))
+        throw UsageError("--inject '" + f + "' breaks the block-stack transport: it needs "
+                         "--trainer pipelined (the reference takes drop-microbatch, scale-grads, "
+                         "zero-grad and swap-grads)");
     if (o.nproc > 0 || o.backend)
       throw UsageError("--nproc and --backend need --trainer pipelined (the reference is one "
                        "process; its --dp replicas run in it)");
@@ -112,6 +122,42 @@ void check_world(const RunOptions& o, const std::string& given, int world) {
                                        : "start " + want + " processes (or --nproc " + want + ")"));
 }
 
+namespace {
+
+// The reference's gradient faults of --inject, checked against the flavor's parameters and the
+// step's micro-batches.
+reference::GradFaults grad_faults(const RunOptions& o, const kernels::NamedTensors& params) {
+  reference::GradFaults f;
+  for (const auto& s : o.inject) try {
+      reference::parse_grad_fault(s, f);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(e.what());
+    }
+  const int mbs = o.dp * o.microbatches;
+  for (int mb : f.drop_microbatches)
+    if (mb >= mbs)
+      throw UsageError("--inject drop-microbatch:mb=" + std::to_string(mb) + ": a step has " +
+                       std::to_string(mbs) + " micro-batches (dp x --microbatches), 0 to " +
+                       std::to_string(mbs - 1));
+  auto shape_of = [&](const std::string& fqn) {
+    const auto& n = params.names();
+    const auto it = std::find(n.begin(), n.end(), fqn);
+    if (it == n.end())
+      throw UsageError("--inject: flavor " + std::string(spec::to_string(o.flavor)) +
+                       " has no parameter '" + fqn + "'; see `parity model --flavor " +
+                       spec::to_string(o.flavor) + "` for its names");
+    return params.tensors()[static_cast<size_t>(it - n.begin())].sizes().vec();
+  };
+  for (const auto& fqn : f.zero) shape_of(fqn);
+  for (const auto& [a, b] : f.swap)
+    if (shape_of(a) != shape_of(b))
+      throw UsageError("--inject swap-grads: '" + a + "' and '" + b + "' differ in shape; give "
+                       "two parameters of one shape");
+  return f;
+}
+
+}  // namespace
+
 PreparedRun validate_run(const RunOptions& o) {
   check_combinations(o);
   PreparedRun run;
@@ -131,6 +177,7 @@ PreparedRun validate_run(const RunOptions& o) {
   run.init = std::move(init.params);
   run.cfg.initial_buffers = std::move(init.buffers);
   run.rows = load_rows(o);
+  if (!o.pipelined()) run.grad_faults = grad_faults(o, run.init);
   return run;
 }
 

@@ -19,6 +19,7 @@
 #include "kernels/train_step.h"
 #include "kernels/config.h"
 #include "pipelined/trainer.h"
+#include "reference/grad_faults.h"
 
 namespace parity::harness {
 
@@ -30,6 +31,7 @@ struct PreparedRun {
   pipelined::PipelineConfig pc;  // the pipelined trainer's (the reference ignores it)
   std::shared_ptr<const datasets::TokenRows> rows;  // checked to hold one step
   kernels::NamedTensors init;    // the initial parameters: the checkpoint's, or a fresh draw
+  reference::GradFaults grad_faults;  // the reference's --inject faults (checked)
 };
 
 // Everything a run of `o` (o.trainer) needs before it starts, checked and built once.

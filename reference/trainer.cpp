@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 
@@ -30,6 +31,23 @@ void ReferenceTrainer::run(kernels::StepObserver& observer) {
   observer.on_start(run_info());
   for (int64_t s = 1; s <= cfg_.steps; ++s) step(s, observer);
   observer.on_end();
+}
+
+void ReferenceTrainer::apply_grad_faults(std::vector<at::Tensor>& grads) const {
+  const auto& names = master_.names();
+  auto index = [&](const std::string& fqn) {
+    const auto it = std::find(names.begin(), names.end(), fqn);
+    if (it == names.end()) throw std::invalid_argument("no parameter " + fqn);
+    return static_cast<size_t>(it - names.begin());
+  };
+  if (faults_.scale != 1)
+    for (auto& g : grads) g.mul_(faults_.scale);
+  for (const auto& fqn : faults_.zero) grads[index(fqn)].zero_();
+  for (const auto& [a, b] : faults_.swap) {
+    auto t = grads[index(a)].clone();
+    grads[index(a)].copy_(grads[index(b)]);
+    grads[index(b)].copy_(t);
+  }
 }
 
 ReferenceTrainer::MicroBatch ReferenceTrainer::microbatch(int64_t s, int r, int m) const {
@@ -90,7 +108,8 @@ void ReferenceTrainer::step(int64_t s, kernels::StepObserver& observer) {
       if (cfg_.ledger_on(s)) scope.emplace(&ledger_, r * cfg_.microbatches + m);
       auto l_m = model_.loss(weights, buffers_, mb.tokens, mb.labels,
                              static_cast<double>(n_global), true, mb.docs);
-      l_m.backward();
+      const int data_m = cfg_.reverse_microbatches ? cfg_.microbatches - 1 - m : m;
+      if (!faults_.drops(r * cfg_.microbatches + data_m)) l_m.backward();
       replica_losses.push_back(l_m.loss());
       acc.after_backward(all);
     }
@@ -103,6 +122,7 @@ void ReferenceTrainer::step(int64_t s, kernels::StepObserver& observer) {
       for (size_t i = 0; i < P; ++i) grads[i].add_(replica_grads[i]);
     for (auto& l : replica_losses) mb_losses.push_back(l);
   }
+  if (!faults_.empty()) apply_grad_faults(grads);
   kernels::finish_step(cfg_, s, optimizer_, master_, buffers_, std::move(grads), loss, mb_losses, n_global,
                        t0, observer, cfg_.ledger_on(s) ? &ledger_ : nullptr);
 }

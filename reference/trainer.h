@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "datasets/rows.h"
+#include "reference/grad_faults.h"
 #include "kernels/ledger.h"
 #include "kernels/model.h"
 #include "kernels/observer.h"
@@ -55,6 +56,9 @@ class ReferenceTrainer {
   std::vector<at::Tensor> forward_only(int64_t s);
 
   const TrainConfig& config() const { return cfg_; }
+  // Gradient defects made on purpose (reference/grad_faults.h); FQNs and micro-batches checked
+  // by the caller.
+  void set_grad_faults(GradFaults f) { faults_ = std::move(f); }
   const kernels::NamedTensors& master() const { return master_; }
   kernels::RunInfo run_info() const;
 
@@ -66,6 +70,8 @@ class ReferenceTrainer {
     std::shared_ptr<const kernels::Documents> docs;
   };
   MicroBatch microbatch(int64_t s, int r, int m) const;
+  // The faults that act on the accumulated gradients (scale, zero, swap), before the norm.
+  void apply_grad_faults(std::vector<at::Tensor>& grads) const;
 
   TrainConfig cfg_;
   kernels::Model model_;
@@ -74,6 +80,7 @@ class ReferenceTrainer {
   kernels::NamedTensors buffers_;
   kernels::Optimizer optimizer_;
   kernels::Ledger ledger_;  // ledger mode: this step's records
+  GradFaults faults_;
 };
 
 }  // namespace parity::reference

@@ -23,6 +23,7 @@
 #include "harness/run.h"
 #include "harness/validate.h"
 #include "pipelined/routing.h"
+#include "pipelined/schedule.h"
 #include "pipelined/split.h"
 #include "spec/numbers.h"
 #include "spec/printable.h"
@@ -405,6 +406,9 @@ class DepositSearch {
     o.dtype = spec::Precision::FP64;
     o.microbatches = 1;
     o.reverse_microbatches = false;
+    // One micro-batch: 1f1b wants M >= pp. The deposits do not depend on the schedule (the
+    // routing tables come from the split), and the interleaved one runs any M.
+    o.schedule = spec::ScheduleKind::Interleaved1F1B;
     auto rows = microbatch_rows_of(*truth_.rows, static_cast<int>(truth_.per_microbatch.size()),
                                    o.rows, mb);
     auto& base = base_[mb];
@@ -547,7 +551,13 @@ int truth_command(const TruthOptions& o) {
     Layout l{text, step};
     if (!text.empty()) {
       apply_layout(text, l.opts);
-      validate_run(l.opts);  // refuses a layout that does not fit the flavor
+      try {
+        validate_run(l.opts);  // refuses a layout that does not fit the flavor or the shape
+        pipelined::make_schedule(l.opts.schedule_or_default(), l.opts.pp, l.opts.vp,
+                                 l.opts.microbatches);
+      } catch (const spec::BadInput& e) {
+        throw UsageError("--layout '" + spec::printable(text, 200) + "': " + e.what());
+      }
     }
     layouts.push_back(std::move(l));
   }

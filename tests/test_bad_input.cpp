@@ -230,7 +230,13 @@ const std::vector<Case>& cases() {
       {"ScheduleForTheReference", T + "--schedule 1f1b", "--schedule needs --trainer pipelined"},
       {"SplitBad", P + "--split 'emb,0|2-16,head'", "split"},
       {"MoreStagesThanUnits", "train --trainer pipelined --flavor tiny --steps 1 --pp 64 --vp 16", "stage"},
-      {"InjectForTheReference", T + "--inject drop-deposit:block=1,stage=3", "--inject needs --trainer pipelined"},
+      {"InjectForTheReference", T + "--inject drop-deposit:block=1,stage=3", "breaks the block-stack transport: it needs --trainer pipelined"},
+      {"InjectGradFaultForThePipeline", P + "--inject zero-grad:param=norm.weight", "is a gradient fault of the reference trainer; give --trainer reference"},
+      {"InjectZeroGradOfNoSuchParameter", T + "--inject zero-grad:param=nope", "flavor tiny has no parameter 'nope'"},
+      {"InjectSwapOfTwoShapes", T + "--inject swap-grads:a=tok_embeddings.weight,b=norm.weight", "differ in shape; give two parameters of one shape"},
+      {"InjectDropOfNoSuchMicrobatch", T + "--inject drop-microbatch:mb=5", "a step has 2 micro-batches \\(dp x --microbatches\\), 0 to 1"},
+      {"InjectScaleByZero", T + "--inject scale-grads:factor=0", "factor 0 zeroes every gradient"},
+      {"InjectGradFaultTwiceOneKey", T + "--inject drop-microbatch:mb=1,mb=0", "cannot read 'mb=0'"},
       {"InjectWithTheCacheOff", PV + "--cache off --inject drop-deposit:block=1,stage=3", "--inject needs --cache on"},
       {"InjectAtNoSuchStage", PV + "--inject drop-deposit:block=99,stage=99", "there is no stage 99 \\(the pipeline has 4, 0 to 3\\); see `parity layout"},  // found
       {"InjectAtNoSuchBlock", PV + "--inject drop-deposit:block=99,stage=3", "there is no block 99"},
@@ -301,6 +307,18 @@ const std::vector<Case>& cases() {
       {"LocaliseThreadsHuge", "localise A B --threads 100000", "--threads: 100000 is out of range"},  // found
       {"LocaliseWithoutALedger", "localise C A", "ledger"},
       {"LocaliseMissing", "localise missing B", "dump 'missing' does not exist"},
+      // ---- truth: the checkpoint, the batch, the gradients and the layout must fit
+      {"TruthCheckpointOfAnotherFlavor", "truth A --flavor debugmodel --init ckpt.h5 --seq-len 16 --microbatches 2", "'ckpt.h5' holds flavor 'tiny' but the run uses 'debugmodel'"},
+      {"TruthBatchTooShort", "truth A --flavor tiny --init ckpt.h5 --tokens ids34.npy --seq-len 16 --microbatches 4", "--tokens 'ids34.npy' holds 34 tokens, which make only 2"},
+      {"TruthGradientsOfAnotherModel", "truth A --flavor debugmodel --seq-len 16 --microbatches 2", "run 'A': gradient 'tok_embeddings.weight' has shape \\[2048, 32\\], the flavor's parameter \\[2048, 256\\]: gradients of another model"},
+      {"TruthLayoutNotTheRuns", "truth B --flavor tiny --init ckpt.h5 --seq-len 16 --microbatches 2 --layout pp=2", "--layout pp=2 splits flavor tiny as '.*', but run 'B' ran split '.*': give the layout the run used"},
+      {"TruthLayoutTooManyStages", "truth A --flavor tiny --init ckpt.h5 --seq-len 16 --microbatches 2 --layout pp=64,vp=16", "--layout 'pp=64,vp=16': 1024 stages for 17 layers"},
+      {"TruthLayoutScheduleNeedsMoreMicrobatches", "truth A --flavor tiny --init ckpt.h5 --seq-len 16 --microbatches 2 --layout pp=4", "--layout 'pp=4': schedule 1f1b needs microbatches >= pp"},
+      {"TruthLayoutUnknownKey", "truth A --flavor tiny --seq-len 16 --microbatches 2 --layout pp=2,zz=1", "--layout 'pp=2,zz=1': unknown key 'zz'"},
+      {"TruthLayoutPerRunMiscounted", "truth A A --flavor tiny --seq-len 16 --microbatches 2 --layout pp=2 --layout pp=2 --layout pp=2", "--layout given 3 times for 2 runs"},
+      {"TruthNoSuchRun", "truth nope.pt --flavor tiny --seq-len 16 --microbatches 2", "'nope.pt' does not exist"},
+      {"TruthNoSuchLog", "truth A --flavor tiny --init ckpt.h5 --seq-len 16 --microbatches 2 --log nope.log", "log 'nope.log': does not exist"},
+      {"TruthMarginBelowOne", "truth A --flavor tiny --margin 0.5", "--margin: 0.5 is out of range"},
       // ---- closed-form
       {"ClosedFormStepsHuge", "closed-form --steps 1000000000", "--steps: 1000000000 is out of range; give an integer from 1 to 100"},  // found
       {"ClosedFormThreadsZero", "closed-form --threads 0", "--threads: 0 is out of range"},  // found

@@ -473,4 +473,77 @@ TEST(CompareOutput, AFilePastTheFileLimitIsRefusedBeforeReading) {
   EXPECT_EQ(at_limit.code, 0) << at_limit.out << at_limit.err;
 }
 
+// ---- parity truth: users' files judged against the fp64 truth of the same step
+
+// Clean runs and one run per defect, each made by parity with an --inject fault, exported with
+// torch.save and judged from those files alone, as anyone's files would be. The expected names
+// come from the injected faults themselves: the micro-batch dropped, the factor, the parameter
+// zeroed, the pair swapped, the deposit (block, stage, micro-batch) dropped or duplicated.
+TEST_F(External, TruthPassesCleanRunsAndNamesEachDefectFromTorchSaveFiles) {
+  const std::string cell = "train --flavor tiny --steps 1 --seq-len 16 --quiet --init " +
+                           p("ck.h5") + " ";
+  const std::string pipe = "--trainer pipelined --pp 2 --vp 2 ";
+  ASSERT_EQ(run("init --flavor tiny --seed 3 --out " + p("ck.h5")).code, 0);
+  const std::vector<std::pair<std::string, std::string>> runs = {
+      {"ref", ""},
+      {"reversed", "--reverse-microbatches"},
+      {"cached", pipe},
+      {"naive", pipe + "--cache off"},
+      {"dp2pp2", "--trainer pipelined --pp 2 --dp 2 --microbatches 2"},
+      {"no_mb1", "--inject drop-microbatch:mb=1"},
+      {"x4", "--inject scale-grads:factor=4"},
+      {"zeroed", "--inject zero-grad:param=layers.1.moe.router.gate.weight"},
+      {"swapped", "--inject swap-grads:a=layers.2.attention_norm.weight,b=layers.2.ffn_norm.weight"},
+      {"dropped", pipe + "--inject drop-deposit:block=1,stage=3,mb=2"},
+      {"doubled", pipe + "--inject duplicate-deposit:block=1,stage=3,mb=0"},
+      {"bf16", "--dtype bf16"},
+      {"bf16_no_mb1", "--dtype bf16 --inject drop-microbatch:mb=1"},
+  };
+  std::string exports, files, layouts;
+  for (const auto& [name, args] : runs) {
+    ASSERT_EQ(run(cell + args + " --dump " + p(name)).code, 0) << name;
+    exports += " " + p(name + "/rank0.h5") + " 1 " + p(name);
+    // A bf16 run's gradients in their own dtype, so that the file says bf16.
+    files += " " + p(name + (name.rfind("bf16", 0) == 0 ? ".bf16.pt" : ".pt"));
+    const bool piped = args.find(pipe) != std::string::npos;
+    layouts += " --layout " + std::string(piped ? "pp=2,vp=2" : name == "dp2pp2" ? "pp=2" : "''");
+  }
+  python("dump" + exports);
+  const auto r = run("truth" + files + layouts + " --flavor tiny --seq-len 16 --init " +
+                     p("ck.h5") + " --json --quiet --junit " + p("truth.xml"));
+  ASSERT_EQ(r.code, 1) << r.err << r.out;
+  const auto out = nlohmann::json::parse(r.out);
+  const std::map<std::string, std::string> expected = {
+      {"no_mb1", "micro-batch 1 missing"},
+      {"x4", "all gradients x 4.00 (the micro-batch count)"},
+      {"zeroed", "gradient of layers.1.moe.router.gate.weight zeroed"},
+      {"swapped", "gradients of layers.2.attention_norm.weight and layers.2.ffn_norm.weight swapped"},
+      {"dropped", "deposit of block 1 read by stage 3, micro-batch 2 missing"},
+      {"doubled", "deposit of block 1 read by stage 3, micro-batch 0 duplicated"},
+      {"bf16_no_mb1", "micro-batch 1 missing"},
+  };
+  ASSERT_EQ(out["runs"].size(), runs.size());
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const auto& j = out["runs"][i];
+    const std::string name = runs[i].first;
+    SCOPED_TRACE(name);
+    EXPECT_EQ(j["dtype"], name.rfind("bf16", 0) == 0 ? "bf16" : "fp32");
+    EXPECT_EQ(j["suspect"], 0);
+    const auto want = expected.find(name);
+    if (want == expected.end()) {  // a clean run: every tensor within the floor
+      EXPECT_TRUE(j["pass"].get<bool>());
+      EXPECT_EQ(j["wrong"], 0);
+      EXPECT_TRUE(j["defects"].empty());
+      continue;
+    }
+    EXPECT_FALSE(j["pass"].get<bool>());
+    ASSERT_EQ(j["defects"].size(), 1u) << j["notes"];
+    EXPECT_EQ(j["defects"][0]["text"], want->second);
+    EXPECT_GT(j["defects"][0]["fit"].get<double>(), 0.99);
+    EXPECT_EQ(j["wrong"], j["defects"][0]["tensors"].size());
+  }
+  const std::string xml = slurp(p("truth.xml"));
+  EXPECT_NE(xml.find("micro-batch 1 missing"), std::string::npos);
+}
+
 }  // namespace

@@ -3,7 +3,7 @@
 Used by tests/test_cli_external.cpp (Debian's python3 with python3-torch, python3-h5py and
 python3-numpy):
 
-  export_run.py dump DUMP_FILE STEP OUT_PREFIX
+  export_run.py dump DUMP_FILE STEP OUT_PREFIX [DUMP_FILE STEP OUT_PREFIX ...]
       the step's grads and params of a parity dump (an HDF5 file read with h5py; fp32 or fp64
       tensors) as OUT_PREFIX.pt (torch.save of {"grads": {...}, "params": {...}}),
       OUT_PREFIX.safetensors (one flat file, names "grads.<fqn>" / "params.<fqn>", written by
@@ -192,7 +192,12 @@ def export_small(prefix):
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "dump":
-        export_dump(sys.argv[2], sys.argv[3], sys.argv[4])
+        # one or more DUMP_FILE STEP OUT_PREFIX triples (one start of Python for many runs)
+        args = sys.argv[2:]
+        if not args or len(args) % 3:
+            sys.exit("dump takes DUMP_FILE STEP OUT_PREFIX triples")
+        for i in range(0, len(args), 3):
+            export_dump(args[i], args[i + 1], args[i + 2])
     elif cmd == "state-dict":
         export_state_dict(sys.argv[2], sys.argv[3], len(sys.argv) > 4 and sys.argv[4] == "bad")
     elif cmd == "expert-bias":

@@ -113,7 +113,6 @@ double relative_distance(const std::vector<double>& g, const std::vector<double>
 }
 
 double rounding_floor(const std::vector<double>& t, h5::DType dtype) {
-  if (dtype == h5::DType::F64) return 0;
   double var = 0, ref = 0;
   for (double v : t) {
     const double s = spacing_at(dtype, std::fabs(v));
@@ -243,7 +242,6 @@ RunJudgement judge_run(const OracleInputs& in, const GradSet& run, const TermSou
   const auto w = tensor_weights(truth);
   RunJudgement r;
   r.tensors.resize(n);
-  std::vector<size_t> remaining;  // beyond the floor and not yet explained
   std::vector<double> threshold(n);
   for (size_t i = 0; i < n; ++i) {
     auto& t = r.tensors[i];
@@ -253,10 +251,16 @@ RunJudgement judge_run(const OracleInputs& in, const GradSet& run, const TermSou
     t.floor = in.floor[i];
     t.ratio = t.floor > 0 ? t.distance / t.floor : (t.distance > 0 ? kInf : 0);
     threshold[i] = in.margin * t.floor;
-    if (!(t.distance <= threshold[i])) remaining.push_back(i);
   }
-  auto within = [&](size_t i, const std::vector<double>& model) {
-    return relative_distance(run.values[i], model) <= threshold[i];
+  auto open = [&](size_t i) { return r.tensors[i].defect < 0; };
+  // A model explains tensor i when the run lies within the floor of it, closer than to the
+  // truth, and the model moves the tensor by more than a tenth of its floor (a defect too
+  // small to matter to a tensor leaves it alone). So a defect can be named below the margin
+  // too: a bf16 run's floor is wide, and a missing micro-batch may hide inside 64 floors.
+  auto explains = [&](size_t i, const std::vector<double>& model) {
+    const double dm = relative_distance(run.values[i], model);
+    return dm <= threshold[i] && dm < r.tensors[i].distance &&
+           relative_distance(model, truth.values[i]) > 0.1 * r.tensors[i].floor;
   };
   auto explain = [&](Defect d, const std::vector<size_t>& tensors,
                      const std::vector<std::vector<double>>& model) {
@@ -267,21 +271,24 @@ RunJudgement judge_run(const OracleInputs& in, const GradSet& run, const TermSou
       d.tensors.push_back(L.names[i]);
     }
     r.defects.push_back(std::move(d));
-    std::vector<size_t> left;
-    for (size_t i : remaining)
-      if (r.tensors[i].defect < 0) left.push_back(i);
-    remaining = std::move(left);
+  };
+  // The tensors still unexplained that lie beyond the margin, and beyond every correct variant.
+  auto beyond = [&](double factor) {
+    std::vector<size_t> out;
+    for (size_t i = 0; i < n; ++i)
+      if (open(i) && !(r.tensors[i].distance <= factor * r.tensors[i].floor)) out.push_back(i);
+    return out;
   };
 
   // Zeroed: an all-zero gradient where the truth has one (a frozen or dropped parameter).
   {
     std::vector<size_t> zeroed;
     std::vector<std::vector<double>> model(truth.values);
-    for (size_t i : remaining)
+    for (size_t i = 0; i < n; ++i)
       if (w[i] > 0 && std::all_of(run.values[i].begin(), run.values[i].end(),
                                   [](double v) { return v == 0; })) {
-        zeroed.push_back(i);
         model[i].assign(model[i].size(), 0);
+        if (explains(i, model[i])) zeroed.push_back(i);
       }
     if (!zeroed.empty())
       explain({"zeroed",
@@ -291,35 +298,37 @@ RunJudgement judge_run(const OracleInputs& in, const GradSet& run, const TermSou
               zeroed, model);
   }
 
-  // Swapped: two same-shaped gradients, each within the floor of the other's truth.
-  for (size_t a = 0; a < remaining.size(); ++a)
-    for (size_t b = a + 1; b < remaining.size(); ++b) {
-      const size_t i = remaining[a], j = remaining[b];
-      if (L.shapes[i] != L.shapes[j] || r.tensors[i].defect >= 0 || r.tensors[j].defect >= 0)
-        continue;
-      if (relative_distance(run.values[i], truth.values[j]) <= threshold[j] &&
-          relative_distance(run.values[j], truth.values[i]) <= threshold[i]) {
-        std::vector<std::vector<double>> model(truth.values);
-        std::swap(model[i], model[j]);
-        explain({"swapped", "gradients of " + L.names[i] + " and " + L.names[j] + " swapped", 0,
-                 {}},
-                {i, j}, model);
-        a = 0;  // `remaining` shrank
-        b = 0;
-      }
+  // Swapped: a gradient beyond every variant that holds another same-shaped tensor's truth,
+  // and that tensor holds its truth, each at least 4x closer than to its own.
+  for (size_t i : beyond(1)) {
+    if (!open(i)) continue;
+    for (size_t j = 0; j < n; ++j) {
+      if (j == i || !open(j) || L.shapes[j] != L.shapes[i]) continue;
+      const double sij = relative_distance(run.values[i], truth.values[j]);
+      const double sji = relative_distance(run.values[j], truth.values[i]);
+      if (!(4 * sij < r.tensors[i].distance && 4 * sji < r.tensors[j].distance)) continue;
+      std::vector<std::vector<double>> model(truth.values);
+      std::swap(model[i], model[j]);
+      if (!explains(i, model[i]) || !explains(j, model[j])) continue;
+      explain({"swapped", "gradients of " + L.names[i] + " and " + L.names[j] + " swapped", 0, {}},
+              {i, j}, model);
+      break;
     }
+  }
 
-  // Micro-batch weights: over every tensor not explained above.
+  // Micro-batch weights, over every tensor not explained above. Named weights (0, 2, a common
+  // k) make a model; it is a defect when it accounts for at least half of the (relative)
+  // discrepancy of all those tensors.
   if (in.per_microbatch && !in.per_microbatch->empty()) {
     std::vector<size_t> use;
     for (size_t i = 0; i < n; ++i)
-      if (r.tensors[i].defect < 0) use.push_back(i);
+      if (open(i)) use.push_back(i);
     r.mb_weights = microbatch_weights(in, run, use);
-    for (size_t i : remaining) r.tensors[i].mb_weights = microbatch_weights(in, run, {i});
+    for (size_t i : beyond(in.margin)) r.tensors[i].mb_weights = microbatch_weights(in, run, {i});
     std::vector<double> named;
     const std::string text =
         r.mb_weights.empty() ? "" : name_weights(r.mb_weights, kWeightSlack, named);
-    if (!text.empty() && !remaining.empty()) {
+    if (!text.empty()) {
       std::vector<std::vector<double>> model(n);
       for (size_t i = 0; i < n; ++i) {
         model[i].assign(truth.values[i].size(), 0);
@@ -328,16 +337,21 @@ RunJudgement judge_run(const OracleInputs& in, const GradSet& run, const TermSou
             model[i][k] += named[m] * (*in.per_microbatch)[m].values[i][k];
       }
       std::vector<size_t> fits;
-      for (size_t i : remaining)
-        if (within(i, model[i])) fits.push_back(i);
-      if (!fits.empty()) explain({"micro-batches", text, 0, {}}, fits, model);
+      for (size_t i : use)
+        if (explains(i, model[i])) fits.push_back(i);
+      if (!fits.empty() && fit_of(use, run, truth, model, w) >= 0.5)
+        explain({"micro-batches", text, 0, {}}, fits, model);
     }
-  } else if (!remaining.empty()) {
+  } else if (!beyond(in.margin).empty()) {
     r.notes.push_back("no per-micro-batch truth: the micro-batch weights were not fitted");
   }
 
-  // Terms (deposits): one missing or duplicated term, else the smallest set of the best three.
-  if (terms && !remaining.empty()) {
+  // Terms (deposits), when a tensor lies beyond every correct variant. A term's coefficient a
+  // (weighted least squares against the residual g - t) must be within 0.1 of -1 (missing) or
+  // +1 (duplicated) and five standard errors from 0, the standard error from the floor taken as
+  // each tensor's noise spread evenly over its elements.
+  const auto looked = beyond(1);
+  if (terms && !looked.empty()) {
     GradSet residual;
     residual.values.resize(n);
     for (size_t i = 0; i < n; ++i) {
@@ -345,27 +359,41 @@ RunJudgement judge_run(const OracleInputs& in, const GradSet& run, const TermSou
       for (size_t k = 0; k < residual.values[i].size(); ++k)
         residual.values[i][k] = run.values[i][k] - truth.values[i][k];
     }
-    // <c, x> over every tensor, each relative to its truth.
     auto wdot = [&](const GradSet& c, const GradSet& x) {
       double s = 0;
       for (size_t i = 0; i < n; ++i)
-        if (w[i] > 0) s += w[i] * dot(c.values[i], x.values[i]);
+        if (w[i] > 0 && open(i)) s += w[i] * dot(c.values[i], x.values[i]);
       return s;
+    };
+    auto noise_sd = [&](const GradSet& c) {  // of <e, c>_w, e the run's rounding
+      double v = 0;
+      for (size_t i = 0; i < n; ++i) {
+        if (!(w[i] > 0) || !open(i) || c.values[i].empty()) continue;
+        const double per_element =
+            r.tensors[i].floor * r.tensors[i].floor / w[i] / static_cast<double>(c.values[i].size());
+        v += w[i] * w[i] * per_element * sq_norm(c.values[i]);
+      }
+      return std::sqrt(v);
     };
     auto sign_of = [](double a) {
       return std::fabs(a - 1) <= kTermSlack ? 1.0 : std::fabs(a + 1) <= kTermSlack ? -1.0 : 0.0;
     };
-    // The model truth + sum a_k c_k: explains every remaining tensor?
-    auto try_set = [&](const std::vector<const Term*>& set, const std::vector<double>& a) {
+    const auto must = beyond(in.margin);  // what a set of terms must explain to end the search
+    // The model truth + sum a_k c_k: the tensors it explains, when it leaves none of `must`
+    // unexplained (or `partial`).
+    auto try_set = [&](const std::vector<const Term*>& set, const std::vector<double>& a,
+                       bool partial) {
       std::vector<std::vector<double>> model(truth.values);
       for (size_t s = 0; s < set.size(); ++s)
         for (size_t i = 0; i < n; ++i)
           for (size_t k = 0; k < model[i].size(); ++k)
             model[i][k] += a[s] * set[s]->contribution.values[i][k];
       std::vector<size_t> fits;
-      for (size_t i : remaining)
-        if (within(i, model[i])) fits.push_back(i);
-      if (fits.size() != remaining.size()) return false;
+      for (size_t i = 0; i < n; ++i)
+        if (open(i) && explains(i, model[i])) fits.push_back(i);
+      size_t covered = 0;
+      for (size_t i : must) covered += std::find(fits.begin(), fits.end(), i) != fits.end();
+      if (fits.empty() || (!partial && covered != must.size())) return false;
       std::string text;
       for (size_t s = 0; s < set.size(); ++s)
         text += (text.empty() ? "" : "; ") + set[s]->name + (a[s] < 0 ? " missing" : " duplicated");
@@ -374,21 +402,24 @@ RunJudgement judge_run(const OracleInputs& in, const GradSet& run, const TermSou
     };
     struct Scored {
       double gain;
+      double a;
+      bool significant;
       Term term;
     };
     std::vector<Scored> best;  // the three that reduce the residual most, best first
     bool done = false;
     int tried = 0;
-    while (auto t = terms(remaining, residual)) {
+    while (auto t = terms(looked, residual)) {
       ++tried;
       const double cr = wdot(t->contribution, residual), cc = wdot(t->contribution, t->contribution);
       if (!(cc > 0)) continue;
-      const double a = sign_of(cr / cc);
-      if (a != 0 && try_set({&*t}, {a})) {
+      const double a = cr / cc;
+      const bool significant = std::fabs(a) > 5 * noise_sd(t->contribution) / cc;
+      if (significant && sign_of(a) != 0 && try_set({&*t}, {sign_of(a)}, false)) {
         done = true;
         break;
       }
-      best.push_back({cr * cr / cc, std::move(*t)});
+      best.push_back({cr * cr / cc, a, significant, std::move(*t)});
       std::sort(best.begin(), best.end(), [](const Scored& x, const Scored& y) { return x.gain > y.gain; });
       if (best.size() > 3) best.pop_back();
     }
@@ -406,20 +437,25 @@ RunJudgement judge_run(const OracleInputs& in, const GradSet& run, const TermSou
         const auto a = solve(A, b);
         std::vector<double> named;
         std::vector<const Term*> set;
+        bool all_significant = true;
         for (size_t x = 0; x < a.size(); ++x) {
           named.push_back(sign_of(a[x]));
           set.push_back(&best[pick[x]].term);
+          all_significant &= best[pick[x]].significant;
         }
-        if (!a.empty() && std::none_of(named.begin(), named.end(), [](double v) { return v == 0; }))
-          done = try_set(set, named);
-        // next combination of `size` out of best.size()
-        size_t k = size;
+        if (!a.empty() && all_significant &&
+            std::none_of(named.begin(), named.end(), [](double v) { return v == 0; }))
+          done = try_set(set, named, false);
+        size_t k = size;  // the next combination of `size` out of best.size()
         while (k > 0 && pick[k - 1] == best.size() - size + k - 1) --k;
         if (k == 0) break;
         ++pick[k - 1];
         for (size_t j = k; j < size; ++j) pick[j] = pick[j - 1] + 1;
       }
     }
+    // Failing a full explanation: the best single term alone, when it is significant.
+    if (!done && !best.empty() && best[0].significant && sign_of(best[0].a) != 0)
+      done = try_set({&best[0].term}, {sign_of(best[0].a)}, true);
     if (tried == 0)
       r.notes.push_back("no deposit to try: the run has no cached pipeline layout, or no "
                         "deposit reaches the tensors beyond the floor");
@@ -430,10 +466,10 @@ RunJudgement judge_run(const OracleInputs& in, const GradSet& run, const TermSou
 
   for (auto& t : r.tensors) {
     const bool ok = t.distance <= in.margin * t.floor;
-    t.verdict = ok ? TruthVerdict::Consistent : t.defect >= 0 ? TruthVerdict::Wrong : TruthVerdict::Suspect;
+    t.verdict = t.defect >= 0 ? TruthVerdict::Wrong : ok ? TruthVerdict::Consistent : TruthVerdict::Suspect;
     (t.verdict == TruthVerdict::Consistent ? r.consistent
      : t.verdict == TruthVerdict::Wrong    ? r.wrong
-                                      : r.suspect)++;
+                                           : r.suspect)++;
   }
   return r;
 }

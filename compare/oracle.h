@@ -47,7 +47,7 @@ struct GradLayout {
 // d above, for one tensor.
 double relative_distance(const std::vector<double>& g, const std::vector<double>& t);
 
-// The expected relative rounding error of t in `dtype` (above); 0 for fp64 or an all-zero t.
+// The expected relative rounding error of t in `dtype` (above); 0 for an all-zero t.
 double rounding_floor(const std::vector<double>& t, h5::DType dtype);
 
 // max |g - t| in ulps of the tensor's scale in `dtype` (the spacing at max |t|); infinite for a
@@ -110,11 +110,16 @@ struct OracleInputs {
 using TermSource = std::function<std::optional<Term>(const std::vector<size_t>& beyond,
                                                      const GradSet& residual)>;
 
-// Judges a run: every tensor's distance against margin x floor, then the defects in this order
-// (each over the tensors still unexplained): zeroed tensors, swapped same-shaped pairs, the
-// micro-batch weights, then terms from `terms`: the first that, missing or duplicated, brings
-// every remaining tensor within the floor ends the search; failing one, the smallest set (two or
-// three) of the best-fitting terms that does.
+// Judges a run. The defects, in this order, each over the tensors still unexplained: zeroed
+// tensors, swapped same-shaped pairs (among tensors beyond every variant), the micro-batch
+// weights (named weights whose model accounts for half the discrepancy or more), then, when a
+// tensor lies beyond every variant, terms from `terms`: the first that, missing or duplicated
+// and significant (five standard errors of the floor's noise), explains every tensor beyond the
+// margin ends the search; failing one, pairs and the triple of the three best; failing those,
+// the best significant one alone. A defect explains a tensor when its model lies within the
+// margin of the run, closer than the truth, and moves the tensor by more than a tenth of its
+// floor, so a defect is named inside a wide floor too. Verdicts: WRONG explained, CONSISTENT
+// within margin x floor, SUSPECT otherwise.
 RunJudgement judge_run(const OracleInputs& in, const GradSet& run, const TermSource& terms = {});
 
 // Least-squares micro-batch weights of `g` over the per-micro-batch terms, each tensor weighted

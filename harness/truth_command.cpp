@@ -1,12 +1,14 @@
 #include "harness/truth_command.h"
 
 #include <ATen/ATen.h>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -14,14 +16,18 @@
 
 #include "compare/float_formats.h"
 #include "compare/oracle.h"
+#include "dumps/checkpoint.h"
 #include "dumps/dump.h"
 #include "dumps/external.h"
 #include "dumps/junit.h"
 #include "dumps/temp_files.h"
+#include "dumps/state_dict.h"
 #include "dumps/training_log.h"
 #include "harness/errors.h"
+#include "kernels/config.h"
 #include "harness/run.h"
 #include "harness/validate.h"
+#include "harness/version.h"
 #include "pipelined/routing.h"
 #include "pipelined/schedule.h"
 #include "pipelined/split.h"
@@ -151,7 +157,7 @@ Run read_run_grads(const std::string& path, const GradLayout& L, const dumps::Na
                      "see `parity compare --help` for the names it reads");
   std::set<std::string> known(L.names.begin(), L.names.end());
   for (const auto& [name, a] : grads)
-    if (!known.count(name))
+    if (!known.count(name) && name.rfind("vision_encoder.", 0) != 0)  // not modelled: skipped
       throw UsageError(where + " holds a gradient '" + spec::printable(name, 120) +
                        "' the flavor has no parameter for: gradients of another model? (map "
                        "names with --map, or give the run's --flavor)");
@@ -169,7 +175,11 @@ Run read_run_grads(const std::string& path, const GradLayout& L, const dumps::Na
     const auto g = grads.find(L.names[i]);
     if (g == grads.end())
       throw UsageError(where + " has no gradient for '" + L.names[i] + "' (" +
-                       std::to_string(L.size() - grads.size()) + " of the flavor's " +
+                       std::to_string(std::count_if(L.names.begin(), L.names.end(),
+                                                    [&](const std::string& n) {
+                                                      return grads.count(n) == 0;
+                                                    })) +
+                       " of the flavor's " +
                        std::to_string(L.size()) + " are missing); write a frozen parameter's "
                        "gradient as zeros");
     const auto& a = g->second;
@@ -280,14 +290,19 @@ Floor measure_floor(const RunOptions& step, spec::Precision dtype, const Truth& 
       v.kda = form;
       variants.push_back({std::string("kda ") + spec::to_string(form), v});
     }
-  std::set<std::string> seen;
+  std::set<std::string> seen;  // one pair of transports per pipeline shape, whatever its cache
   for (const auto& l : layouts) {
-    if (!seen.insert(l.text).second) continue;
+    const std::string shape = std::to_string(l.opts.pp) + "x" + std::to_string(l.opts.vp) + " " +
+                              spec::to_string(l.opts.schedule_or_default()) + " " + l.opts.split;
+    if (!seen.insert(shape).second) continue;
     for (auto cache : {spec::Cache::On, spec::Cache::Off}) {
       auto v = l.opts;
       v.dtype = dtype;
       v.cache = cache;
-      variants.push_back({"pipelined " + l.text + (cache == spec::Cache::On ? " cached" : " naive"), v});
+      variants.push_back({"pipelined pp=" + std::to_string(v.pp) + ",vp=" + std::to_string(v.vp) +
+                              (v.split.empty() ? "" : ",split=" + v.split) +
+                              (cache == spec::Cache::On ? " cached" : " naive"),
+                          v});
     }
   }
   const size_t n = truth.layout.size();
@@ -353,16 +368,38 @@ class DepositSearch {
     started_ = true;
     const auto& m = truth_.model;
     if (layout_.opts.cache != spec::Cache::On) return;
-    int top = -2;
-    for (size_t i : beyond) top = std::max(top, unit_of(truth_.layout.names[i], m.n_layers));
-    if (top >= m.n_layers) return;  // the head or final norm: after every block
-    // Block b (b >= 1) sums layers (b-1)*lpb .. b*lpb-1; block 0 is the embedding's output.
-    const int first = top < 0 ? 0 : top / m.layers_per_block + 1;
+    // Block b (b >= 1) sums layers (b-1)*lpb .. b*lpb-1 and block 0 is the embedding's output;
+    // a deposit of block b moves the tensors of blocks b and below, nothing above. Per block,
+    // the share of its tensors beyond every variant: the highest block where a quarter or more
+    // are is tried first, then the others by that share (a bf16 run's noise puts some tensors
+    // of every block beyond).
+    const int nb = m.n_blocks();
+    std::vector<double> total(static_cast<size_t>(nb) + 1, 0), hit(total);
+    auto block_of = [&](const std::string& fqn) {
+      const int u = unit_of(fqn, m.n_layers);
+      return u < 0 ? 0 : u >= m.n_layers ? -1 : std::min(nb, u / m.layers_per_block + 1);
+    };
+    for (const auto& name : truth_.layout.names) {
+      const int b = block_of(name);
+      if (b >= 0) total[static_cast<size_t>(b)] += 1;
+    }
+    for (size_t i : beyond) {
+      const int b = block_of(truth_.layout.names[i]);
+      if (b >= 0) hit[static_cast<size_t>(b)] += 1;
+    }
+    std::vector<std::pair<double, int>> share;
+    int first = -1;
+    for (int b = 0; b <= nb; ++b) {
+      const double s = total[static_cast<size_t>(b)] > 0 ? hit[static_cast<size_t>(b)] / total[static_cast<size_t>(b)] : 0;
+      if (s >= 0.25) first = b;
+      share.push_back({s, b});
+    }
+    std::stable_sort(share.begin(), share.end(),
+                     [](const auto& x, const auto& y) { return x.first > y.first; });
     std::vector<int> blocks;
-    for (int d = 0; d <= m.n_blocks(); ++d)
-      for (int b : {first - d, first + d})
-        if (b >= 0 && b <= m.n_blocks() && std::find(blocks.begin(), blocks.end(), b) == blocks.end())
-          blocks.push_back(b);
+    if (first >= 0) blocks.push_back(first);
+    for (const auto& [s, b] : share)
+      if (b != first && s > 0) blocks.push_back(b);
     // Micro-batches by how little of the embedding's residual falls outside their tokens.
     const int M = static_cast<int>(truth_.per_microbatch.size());
     std::vector<std::pair<double, int>> mbs;
@@ -475,6 +512,37 @@ std::string run_summary(const Judged& r) {
          " WRONG, " + std::to_string(r.j.suspect) + " SUSPECT";
 }
 
+// A checkpoint of another writer (a torch.save or safetensors state dict, a DCP directory),
+// imported as `parity init --from` does into a temporary seed checkpoint, removed with this.
+class ImportedCheckpoint {
+ public:
+  ImportedCheckpoint(const std::string& path, spec::Flavor flavor, uint64_t seed) {
+    const bool dir = std::filesystem::is_directory(path);
+    const auto kind = dir ? dumps::FileKind::Dcp : dumps::detect_kind(path);
+    if (kind != dumps::FileKind::TorchSave && kind != dumps::FileKind::Safetensors &&
+        kind != dumps::FileKind::Dcp)
+      return;  // a parity checkpoint, or a file the run's own check refuses
+    const auto cfg = kernels::flavor(flavor);
+    auto sd = dumps::params_from_state_dict(path, cfg);
+    path_ = (std::filesystem::temp_directory_path() /
+             ("parity-truth-" + std::to_string(::getpid()) + ".h5")).string();
+    dumps::register_temp_file(path_);
+    dumps::write_checkpoint(path_, cfg, seed, sd.params, sd.buffers, git_sha());
+  }
+  ~ImportedCheckpoint() {
+    if (path_.empty()) return;
+    std::error_code ec;
+    std::filesystem::remove(path_, ec);
+    dumps::unregister_temp_file(path_);
+  }
+  ImportedCheckpoint(const ImportedCheckpoint&) = delete;
+  ImportedCheckpoint& operator=(const ImportedCheckpoint&) = delete;
+  const std::string& path() const { return path_; }  // "" when nothing was imported
+
+ private:
+  std::string path_;
+};
+
 }  // namespace
 
 void apply_layout(const std::string& layout, RunOptions& o) {
@@ -531,6 +599,11 @@ int truth_command(const TruthOptions& o) {
 
   // The step, checked once: flavor, checkpoint, batch, shape.
   RunOptions step = o.run;
+  std::unique_ptr<ImportedCheckpoint> imported;
+  if (!step.init_path.empty() && std::filesystem::exists(step.init_path)) {
+    imported = std::make_unique<ImportedCheckpoint>(step.init_path, step.flavor, step.seed);
+    if (!imported->path().empty()) step.init_path = imported->path();
+  }
   step.trainer = spec::Trainer::Reference;
   step.steps = 1;
   step.dp = 1;

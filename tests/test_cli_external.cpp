@@ -539,7 +539,10 @@ TEST_F(External, TruthPassesCleanRunsAndNamesEachDefectFromTorchSaveFiles) {
     EXPECT_FALSE(j["pass"].get<bool>());
     ASSERT_EQ(j["defects"].size(), 1u) << j["notes"];
     EXPECT_EQ(j["defects"][0]["text"], want->second);
-    EXPECT_GT(j["defects"][0]["fit"].get<double>(), 0.99);
+    // fit = 1 - |e|^2 / |e + d|^2 with e the run's rounding and d the defect: in fp32 e is
+    // about 1e-6 of a gradient and d a tenth or more, so 0.99 is far from the bar; in bf16 e is
+    // a few percent and a missing quarter of the step about 30%, 1 - (0.08 / 0.25)^2 = 0.9.
+    EXPECT_GT(j["defects"][0]["fit"].get<double>(), name.rfind("bf16", 0) == 0 ? 0.9 : 0.99);
     EXPECT_EQ(j["wrong"], j["defects"][0]["tensors"].size());
   }
   const std::string xml = slurp(p("truth.xml"));

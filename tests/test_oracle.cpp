@@ -28,12 +28,12 @@ TEST(OracleDistance, IsTheRelativeL2DistanceWithZeroAndNonFiniteCases) {
 }
 
 TEST(OracleDistance, RoundingFloorIsTheSpacingOverRootTwelve) {
-  // Four values at 1.0: spacing 2^-23 in fp32, 2^-7 in bf16; variance 4 s^2 / 12 over a squared
+  // Four values at 1.0: spacing 2^-23 in fp32, 2^-7 in bf16, 2^-52 in fp64; variance 4 s^2 / 12 over a squared
   // norm of 4 gives s / sqrt(12).
   const std::vector<double> ones(4, 1.0);
   EXPECT_DOUBLE_EQ(rounding_floor(ones, h5::DType::F32), std::ldexp(1.0, -23) / std::sqrt(12.0));
   EXPECT_DOUBLE_EQ(rounding_floor(ones, h5::DType::BF16), std::ldexp(1.0, -7) / std::sqrt(12.0));
-  EXPECT_EQ(rounding_floor(ones, h5::DType::F64), 0);
+  EXPECT_DOUBLE_EQ(rounding_floor(ones, h5::DType::F64), std::ldexp(1.0, -52) / std::sqrt(12.0));
   EXPECT_EQ(rounding_floor({0, 0}, h5::DType::F32), 0);
   // max |g - t| = 2^-22 at a scale of 1.0 (fp32 spacing 2^-23): 2 ulps.
   EXPECT_DOUBLE_EQ(scale_ulps({1 + std::ldexp(1.0, -22), 0.5}, {1, 0.5}, h5::DType::F32), 2);
@@ -105,6 +105,20 @@ TEST(OracleJudge, AMissingMicroBatchIsNamedWithAPerfectFit) {
   EXPECT_NEAR(r.defects[0].fit, 1, 1e-12);
   EXPECT_EQ(r.wrong, 3);  // every tensor has a part from micro-batch 0
   EXPECT_EQ(r.tensors[1].verdict, TruthVerdict::Wrong);
+}
+
+// A wide floor (a bf16 run's): the run without micro-batch 0 lies within 64 floors of the truth
+// on every tensor (distances 0.38, 0.41, 0.41 against a margin of 64 x 0.05 = 3.2), yet the named
+// model (weights 0, 1) fits it exactly, so the defect is named, not passed as CONSISTENT.
+TEST(OracleJudge, ADefectInsideAWideFloorIsStillNamed) {
+  Fixture f;
+  auto in = f.in();
+  in.floor = {0.05, 0.05, 0.05};
+  const auto r = judge_run(in, f.c1);
+  ASSERT_EQ(r.defects.size(), 1u);
+  EXPECT_EQ(r.defects[0].text, "micro-batch 0 missing");
+  EXPECT_EQ(r.wrong, 3);
+  EXPECT_EQ(r.consistent, 0);
 }
 
 TEST(OracleJudge, ScaledGradientsAreTheMicroBatchCount) {

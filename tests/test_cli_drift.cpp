@@ -290,13 +290,13 @@ TEST_F(Drift, CompareJunitHasAGroupPerStepAndTheGuards) {
   ASSERT_EQ(run(cell + p("off") + " --cache off").code, 0);
   auto same = run("compare " + p("off") + " " + p("off") + " --junit " + p("same.xml"));
   ASSERT_EQ(same.code, 0) << same.err;
-  // step 1's four groups, the every-step metrics, the vacuity guard
-  EXPECT_EQ(read_junit(dir_, p("same.xml")), "6 0\n");
+  // step 1's four groups, the every-step metrics, the vacuity and finiteness guards
+  EXPECT_EQ(read_junit(dir_, p("same.xml")), "7 0\n");
   auto diff = run("compare " + p("on") + " " + p("off") + " --layout layers=17,block=4,pp=2,vp=2"
                   " --junit " + p("diff.xml") + " --markdown " + p("diff.md"));
   ASSERT_EQ(diff.code, 1) << diff.err;
   const std::string got = read_junit(dir_, p("diff.xml"));
-  EXPECT_EQ(got.substr(0, 4), "7 4\n") << got;  // the expert-bias buffer agrees
+  EXPECT_EQ(got.substr(0, 4), "8 4\n") << got;  // the expert-bias buffer agrees
   EXPECT_NE(got.find("step 1 grads: "), std::string::npos) << got;
   EXPECT_NE(got.find("every-step loss and grad norm: loss or grad norm first differs at step 1"),
             std::string::npos) << got;

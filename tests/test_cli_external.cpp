@@ -549,4 +549,29 @@ TEST_F(External, TruthPassesCleanRunsAndNamesEachDefectFromTorchSaveFiles) {
   EXPECT_NE(xml.find("micro-batch 1 missing"), std::string::npos);
 }
 
+// The checkpoint as torchtitan's users hold it (a torch.save state dict, imported as `init
+// --from` does) and the run's log: the loss of step 1 is judged like the gradients, CONSISTENT
+// as logged, SUSPECT when the log says another loss (9.0 against a truth near 8.26: a relative
+// distance near 0.09, far beyond any fp32 floor).
+TEST_F(External, TruthTakesAStateDictCheckpointAndJudgesTheLoggedLoss) {
+  const std::string shape = " --flavor tiny --seq-len 16 --microbatches 2";
+  ASSERT_EQ(run("init --flavor tiny --seed 7 --out " + p("ck.h5")).code, 0);
+  python("state-dict " + p("ck.h5") + " " + p("sd"));
+  ASSERT_EQ(run("train --steps 1 --quiet --init " + p("ck.h5") + shape + " --metrics " +
+                p("m.jsonl") + " --dump " + p("R")).code, 0);
+  std::ofstream(p("wrong.log")) << "1 9.0\n";
+  const auto r = run("truth " + p("R") + " " + p("R") + shape + " --init " + p("sd.pt") +
+                     " --log " + p("m.jsonl") + " --log " + p("wrong.log") + " --json --quiet");
+  ASSERT_EQ(r.code, 1) << r.err << r.out;
+  const auto out = nlohmann::json::parse(r.out);
+  const auto& good = out["runs"][0];
+  const auto& bad = out["runs"][1];
+  EXPECT_TRUE(good["pass"].get<bool>());
+  EXPECT_EQ(good["loss"]["verdict"], "CONSISTENT");
+  EXPECT_EQ(good["loss"]["from"], "--log");
+  EXPECT_FALSE(bad["pass"].get<bool>());
+  EXPECT_EQ(bad["loss"]["verdict"], "SUSPECT");
+  EXPECT_EQ(bad["consistent"], 443);  // the same gradients: only the loss is off
+}
+
 }  // namespace

@@ -37,6 +37,7 @@ Command add_report_command(CLI::App& app);
 Command add_gate_command(CLI::App& app);
 Command add_drift_command(CLI::App& app);
 Command add_truth_command(CLI::App& app);
+Command add_memory_command(CLI::App& app);
 
 // Registers the options every training run shares (`train`, `bench`) on `cmd`.
 void add_run_options(CLI::App& cmd, harness::RunOptions& o);

@@ -39,7 +39,7 @@ bool is_bad_input(const std::exception& e) {
 void tune_process(int argc, char** argv) {
   const std::string command = argc >= 2 ? argv[1] : "";
   const bool trains = command == "train" || command == "bench" || command == "gate" ||
-                      command == "closed-form" || command == "truth";
+                      command == "closed-form" || command == "truth" || command == "memory";
   const bool blas = parity::kernels::apply_vector_kernels(trains);
   const bool allocator = trains && std::getenv("GLIBC_TUNABLES") == nullptr;
   if (allocator)
@@ -71,7 +71,8 @@ int main(int argc, char** argv) {
                    cli::add_bench_command, cli::add_layout_command, cli::add_schedule_command,
                    cli::add_compare_command, cli::add_closed_form_command,
                    cli::add_localise_command, cli::add_matrix_command, cli::add_report_command,
-                   cli::add_gate_command, cli::add_drift_command, cli::add_truth_command}) {
+                   cli::add_gate_command, cli::add_drift_command, cli::add_truth_command,
+                   cli::add_memory_command}) {
     auto cmd = add(app);
     actions[cmd.app] = cmd.run;
     names += (names.empty() ? "" : ", ") + cmd.app->get_name();

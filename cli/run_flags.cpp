@@ -71,6 +71,9 @@ void add_run_options(CLI::App& cmd, harness::RunOptions& o) {
              "micro-batch gradient accumulation (auto: bf16 in the bf16 modes)");
   add_choice(cmd, o.attn_res, spec::attn_res_forms(), "AttnRes read (fused: per-token loops, CPU)");
   add_choice(cmd, o.kda, spec::kda_forms(), "KDA form");
+  add_choice(cmd, o.ac, spec::checkpointing_modes(),
+             "activation checkpointing (layer: each layer keeps its inputs and is recomputed in "
+             "the backward, bitwise the same step)");
   cmd.add_option("--lr", o.lr, "peak learning rate")->capture_default_str()
       ->check(real_in(0, spec::kMaxLr, /*lo_open=*/true));
   cmd.add_option("--warmup", o.warmup, "linear warmup steps")->capture_default_str()

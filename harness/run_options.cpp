@@ -29,6 +29,7 @@ kernels::ModelOptions model_options(const RunOptions& o) {
   m.attn_res = o.attn_res;
   m.kda = o.kda;
   m.loss_chunks = o.loss_chunks;
+  m.checkpoint_layers = o.ac == spec::Checkpointing::Layer;
   const bool on = o.documents == spec::Documents::On;
   const spec::RunSpec defaults;
   if (!on && (o.bos_id != defaults.bos_id || o.eos_id != defaults.eos_id))
@@ -182,6 +183,12 @@ kernels::TrainConfig train_config(const RunOptions& o) {
   if (c.model.shape_only)
     throw UsageError("flavor '" + c.model.name + "' is shape-only (no weights); train debugmodel or "
                      "tiny");
+  if (o.layers > 0) {
+    if (!o.init_path.empty())
+      throw UsageError("--layers " + std::to_string(o.layers) + " changes the flavor's depth, "
+                       "which --init '" + o.init_path + "' fixes; drop one of them");
+    c.model.n_layers = o.layers;
+  }
   c.model_options = model_options(o);
   c.precision = o.dtype;
   c.grad_accum = o.grad_accum;

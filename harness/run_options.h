@@ -31,6 +31,9 @@ struct RunOptions : spec::RunSpec {
   std::optional<spec::Backend> backend;  // none: gloo when multi-process
   double timeout_s = 300;
   bool verbose = false;  // show the libraries' own log of a failed rendezvous
+  // The flavor with this many layers (0: the flavor's own), blocks as the flavor groups them;
+  // a fresh initialisation only (`parity memory --layers`).
+  int layers = 0;
   // Multi-process: an observer each rank adds for itself (its own dump file of the parameters
   // it owns), given the rank, those FQNs and the run's id (rank 0's, the same on every rank);
   // null or returning null: none.

@@ -55,6 +55,9 @@ void check_combinations(const RunOptions& o) {
   }
   if (o.nproc > 0) check_world(o, "--nproc", o.nproc);
   const bool multi = o.nproc > 0 || o.backend;
+  if (o.ledger && o.ac == spec::Checkpointing::Layer)
+    throw UsageError("--ledger taps each stack read once, and --ac layer runs every read again "
+                     "in the backward: drop --ac layer (it moves no bit) or --ledger");
   if (multi && o.ledger)
     throw UsageError("--ledger runs in-process only: drop --nproc/--backend, or drop --ledger");
   if (pipe && o.backend && o.nproc == 0 && !rank_from_environment(o))

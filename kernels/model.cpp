@@ -5,7 +5,9 @@
 #include <string>
 
 #include "kernels/exact.h"
+#include "kernels/layer_checkpoint.h"
 #include "kernels/ledger.h"
+#include "kernels/memory_ledger.h"
 #include "kernels/mla.h"
 #include "kernels/moe.h"
 #include "kernels/op_family.h"
@@ -22,6 +24,7 @@ LayerState Model::embed(const NamedTensors& w, const at::Tensor& tokens) const {
 
 LayerState Model::embed(const NamedTensors& w, const at::Tensor& tokens,
                         std::shared_ptr<const Documents> docs) const {
+  MemoryTag tag(MemCategory::Embedding);
   auto x = embed_tokens(tokens, w.at("tok_embeddings.weight"));
   auto stack = x.new_empty({x.size(0), x.size(1), 0, x.size(2)});
   return {x, stack, std::move(docs)};
@@ -125,6 +128,7 @@ at::Tensor run_ffn(const ModelConfig& c, int l, const NamedTensors& w,
 at::Tensor read(const ModelConfig& c, const ModelOptions& o, const at::Tensor& stack,
                 const at::Tensor& partial, const at::Tensor& proj_1D, const at::Tensor& norm_D) {
   FamilyScope family(OpFamily::AttnRes);
+  MemoryTag tag(MemCategory::AttnRes);
   return attn_res(stack, partial, proj_1D.select(0, 0), norm_D, c.norm_eps, o.attn_res);
 }
 
@@ -138,6 +142,39 @@ at::Tensor block_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
 
 LayerState Model::layer(int l, const NamedTensors& w, const NamedTensors& buffers,
                         const LayerState& in, bool training) const {
+  MemoryWhere where({l, -1, -1, -1});
+  const bool recording = memory_recording();
+  if (recording && in.x_BTD.requires_grad() && at::GradMode::is_enabled())
+    // Fires when the input's gradient is complete: the layer's backward is done.
+    in.x_BTD.register_hook([l](const at::Tensor&) {
+      MemoryWhere here({l, -1, -1, -1});
+      memory_mark("backward layer " + std::to_string(l), false);
+    });
+  LayerState out;
+  if (opts_.checkpoint_layers && training && at::GradMode::is_enabled() && !recomputing()) {
+    if (ledger_active())
+      throw ConfigError("the contribution ledger taps each stack read once; --ac layer would "
+                        "run every read twice (forward and recompute): drop --ac layer or "
+                        "--ledger");
+    // The body holds copies of the buffer handles: a trainer's buffers outlive the backward,
+    // a caller's temporary NamedTensors need not.
+    out = checkpointed_layer(
+        [this, l, buffers, training](const NamedTensors& weights, const LayerState& s) {
+          return layer_body(l, weights, buffers, s, training);
+        },
+        w, "layers." + std::to_string(l) + ".", in, l);
+  } else {
+    out = layer_body(l, w, buffers, in, training);
+  }
+  if (recording) {
+    memory_retag(out.x_BTD, MemCategory::Partial);
+    memory_mark("forward layer " + std::to_string(l), true);
+  }
+  return out;
+}
+
+LayerState Model::layer_body(int l, const NamedTensors& w, const NamedTensors& buffers,
+                             const LayerState& in, bool training) const {
   const std::string p = "layers." + std::to_string(l) + ".";
   if (cfg_.kind == ModelKind::Exact)
     return exact_layer(cfg_, l, w.at(p + "add.weight"), w.at(p + "read.weight"), in);
@@ -148,16 +185,30 @@ LayerState Model::layer(int l, const NamedTensors& w, const NamedTensors& buffer
   if (stack.size(2) > 0)
     x = read(cfg_, opts_, ledger_read(stack, p + "attn", l), prefix,
              w.at(p + "attention_res_proj.weight"), w.at(p + "attention_res_norm.weight"));
-  if (opens)
+  if (opens) {
+    MemoryTag tag(MemCategory::Stack);
     stack = at::cat({stack, ledger_commit(prefix, l / cfg_.layers_per_block, l).unsqueeze(2)}, 2);
-  auto h = run_mixer_by_document(cfg_, opts_, l, w,
-                                 block_norm(x, w.at(p + "attention_norm.weight"), cfg_.norm_eps),
-                                 in.docs.get());
-  prefix = opens ? h : prefix + h;
+  }
+  at::Tensor h;
+  {
+    MemoryTag tag(MemCategory::Mixer);
+    h = run_mixer_by_document(cfg_, opts_, l, w,
+                              block_norm(x, w.at(p + "attention_norm.weight"), cfg_.norm_eps),
+                              in.docs.get());
+  }
+  {
+    MemoryTag tag(MemCategory::Partial);
+    prefix = opens ? h : prefix + h;
+  }
+  if (opens) memory_retag(prefix, MemCategory::Partial);  // the mixer's output is the sum now
   h = read(cfg_, opts_, ledger_read(stack, p + "ffn", l), prefix, w.at(p + "ffn_res_proj.weight"),
            w.at(p + "ffn_res_norm.weight"));
-  h = run_ffn(cfg_, l, w, buffers, block_norm(h, w.at(p + "ffn_norm.weight"), cfg_.norm_eps),
-              training);
+  {
+    MemoryTag tag(MemCategory::Ffn);
+    h = run_ffn(cfg_, l, w, buffers, block_norm(h, w.at(p + "ffn_norm.weight"), cfg_.norm_eps),
+                training);
+  }
+  MemoryTag tag(MemCategory::Partial);
   return {prefix + h, stack, in.docs};
 }
 
@@ -174,6 +225,7 @@ at::Tensor Model::head_logits(const NamedTensors& w, const LayerState& in) const
 HeadLoss Model::head_loss(const NamedTensors& w, const LayerState& in, const at::Tensor& labels,
                           double n_global, bool training) const {
   FamilyScope family(OpFamily::HeadLoss);
+  MemoryTag tag(MemCategory::Head);
   HeadLoss out;
   if (cfg_.kind == ModelKind::Exact) {
     auto l = exact_head_loss_sum(in, w.at("output.weight"), labels, cfg_.n_layers) / n_global;

@@ -37,6 +37,9 @@ struct ModelOptions {
   KdaImpl kda = KdaImpl::Fused;
   int loss_chunks = 8;  // ChunkedLossWrapper's num_chunks; 1: the plain loss
   DocumentRule documents = {};  // off: each row is one sequence
+  // Activation checkpointing, one region per layer (kernels/layer_checkpoint.h): a training
+  // forward keeps each layer's inputs only and the backward recomputes the layer.
+  bool checkpoint_layers = false;
 };
 
 struct LayerState {
@@ -119,6 +122,9 @@ class Model {
                 std::shared_ptr<const Documents> docs) const;
 
  private:
+  LayerState layer_body(int l, const NamedTensors& w, const NamedTensors& buffers,
+                        const LayerState& in, bool training) const;
+
   ModelConfig cfg_;
   ModelOptions opts_;
 };

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/layer_checkpoint.h"
 #include "kernels/ops.h"
 #include "kernels/precision.h"
 
@@ -84,11 +85,13 @@ at::Tensor moe(const at::Tensor& x, const MoeWeights& w, const MoeBuffers& b,
     if (training) {
       auto [values, ids] = biased.topk(K + 1, -1, /*largest=*/true, /*sorted=*/true);
       chosen = ids.narrow(1, 0, K).contiguous();
-      auto hist = b.histogram;
-      observe_required_bias(scores.detach(), values.narrow(1, K, 1), b.expert_bias, hist);
-      auto routed = at::zeros({N, E}, at::TensorOptions().dtype(at::kBool).device(x.device()))
-                        .scatter_(1, chosen, true);
-      b.tokens_per_expert.add_(routed.sum(0).to(b.tokens_per_expert.scalar_type()));
+      if (!recomputing()) {  // a recomputed forward (--ac layer) selects alike, counts nothing
+        auto hist = b.histogram;
+        observe_required_bias(scores.detach(), values.narrow(1, K, 1), b.expert_bias, hist);
+        auto routed = at::zeros({N, E}, at::TensorOptions().dtype(at::kBool).device(x.device()))
+                          .scatter_(1, chosen, true);
+        b.tokens_per_expert.add_(routed.sum(0).to(b.tokens_per_expert.scalar_type()));
+      }
     } else {
       chosen = std::get<1>(biased.topk(K, -1, /*largest=*/true, /*sorted=*/true));
     }

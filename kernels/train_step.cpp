@@ -4,6 +4,7 @@
 
 #include "kernels/config.h"
 #include "kernels/host_allocator.h"
+#include "kernels/memory_ledger.h"
 #include "kernels/moe.h"
 #include "kernels/op_family.h"
 #include "kernels/threads.h"
@@ -39,6 +40,7 @@ RunInfo make_run_info(const TrainConfig& cfg, const std::string& trainer, int64_
 }
 
 NamedTensors make_masters(const TrainConfig& cfg, const NamedTensors& init) {
+  MemoryTag tag(MemCategory::Params);
   const auto device = at::Device(cfg.device);
   const auto mdt = master_dtype(cfg.precision);
   std::vector<at::Tensor> masters;
@@ -60,6 +62,7 @@ void prepare_run(const TrainConfig& cfg) {
 }
 
 std::vector<at::Tensor> make_compute_copies(const TrainConfig& cfg, const NamedTensors& master) {
+  MemoryTag tag(MemCategory::Params);
   const auto cdt = compute_dtype(cfg.precision);
   std::vector<at::Tensor> out;
   out.reserve(master.size());
@@ -120,6 +123,7 @@ void finish_step(const TrainConfig& cfg, int64_t step, Optimizer& optimizer, Nam
                  std::chrono::steady_clock::time_point t0, StepObserver& observer,
                  const Ledger* ledger) {
   FamilyScope family(OpFamily::Optimizer);
+  MemoryTag tag(MemCategory::Optimizer);
   const bool keep = observer.wants_tensors(step);
   std::vector<at::Tensor> grads_before_clip;
   if (keep)
@@ -158,6 +162,7 @@ void finish_step(const TrainConfig& cfg, int64_t step, Optimizer& optimizer, Nam
     rec.buffer_names = &buffer_names;
     rec.buffers = &persistent;
   }
+  if (memory_recording()) memory_mark("step " + std::to_string(step) + " end", false);
   observer.on_step(rec);
 }
 

@@ -14,6 +14,7 @@ std::string where(int block, int stage, int mb) {
 void RankStore::put(int mb, int block, const at::Tensor& value) {
   blocks_[{mb, block}] = value;
   high_water_ = std::max(high_water_, microbatches_held());
+  note_bytes();
 }
 
 const at::Tensor& RankStore::get(int mb, int block, int reader_stage) const {
@@ -32,6 +33,15 @@ void RankStore::release(int mb) {
 
 void RankStore::deposit(int mb, int block, int from_stage, at::Tensor grad) {
   deposits_[{mb, block}].emplace_back(from_stage, std::move(grad));
+  note_bytes();
+}
+
+int64_t RankStore::bytes_held() const {
+  int64_t n = 0;
+  for (const auto& b : blocks_) n += static_cast<int64_t>(b.second.nbytes());
+  for (const auto& d : deposits_)
+    for (const auto& g : d.second) n += static_cast<int64_t>(g.second.nbytes());
+  return n;
 }
 
 std::vector<at::Tensor> RankStore::collect(int mb, int block, int expected, int stage) {

@@ -11,6 +11,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -47,6 +49,10 @@ class RankStore {
   // Micro-batches with blocks in the store now, and the most there ever were at once.
   int microbatches_held() const;
   int high_water_microbatches() const { return high_water_; }
+  // Bytes of the values it holds now (block columns, which are views of the stages' stacks, and
+  // deposits), and the most it ever held.
+  int64_t bytes_held() const;
+  int64_t high_water_bytes() const { return high_water_bytes_; }
   // Throws ProtocolError naming what is left if the store is not empty.
   void check_empty(const std::string& when) const;
   // Drops everything (after a fault-injection step, whose misrouted deposits may be left).
@@ -60,6 +66,8 @@ class RankStore {
   std::map<std::pair<int, int>, at::Tensor> blocks_;                  // (mb, block) -> value
   std::map<std::pair<int, int>, std::vector<std::pair<int, at::Tensor>>> deposits_;  // -> (from, grad)
   int high_water_ = 0;
+  int64_t high_water_bytes_ = 0;
+  void note_bytes() { high_water_bytes_ = std::max(high_water_bytes_, bytes_held()); }
 };
 
 }  // namespace parity::pipelined

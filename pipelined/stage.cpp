@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "kernels/memory_ledger.h"
 #include "kernels/ops.h"
 
 namespace parity::pipelined {
@@ -125,8 +126,10 @@ void StageRunner::forward(int mb) {
       stack = h.new_empty({h.size(0), h.size(1), 0, h.size(2)});
     else if (w == cols.size())
       stack = msg.at(1);  // every column came over the wire (naive): the delta is the stack
-    else
+    else {
+      kernels::MemoryTag tag(kernels::MemCategory::Stack);  // the entry stack, assembled
       stack = stack_columns(cols);
+    }
     sv.h_leaf = h.detach().requires_grad_(ctx_->training);
     sv.stack_leaf = stack.detach().requires_grad_(ctx_->training && !cols.empty());
     state = {sv.h_leaf, sv.stack_leaf, ctx_->docs.at(mb)};
@@ -142,6 +145,7 @@ void StageRunner::forward(int mb) {
     losses_[mb] = sv.loss.loss();
   } else {
     std::vector<at::Tensor> payload{state.x_BTD};
+    kernels::MemoryTag tag(kernels::MemCategory::Transport);
     if (!send_blocks().empty()) payload.push_back(columns(state.stack_BTND, send_blocks()));
     if (ctx_->ledger)
       ctx_->ledger->hops.push_back({ctx_->ledger_mb_base + mb, stage_, stage_ + 1, true, "h",
@@ -225,6 +229,7 @@ void StageRunner::backward(int mb) {
   ctx_->transport->send(std::move(payload), ctx_->tables->rank_of(stage_ - 1),
                         Tag{stage_, stage_ - 1, mb, false});
   if (ctx_->cache) {
+    kernels::MemoryTag tag(kernels::MemCategory::Transport);
     for (int b : r.deposits) {
       auto d = g_in.select(2, b).contiguous();
       if (fires(FaultKind::DropDeposit, b, mb)) continue;

@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "kernels/memory_ledger.h"
 #include "pipelined/executor.h"
 
 namespace parity::pipelined {
@@ -112,12 +113,19 @@ void PipelinedTrainer::execute(StepContext& ctx, const std::vector<std::vector<A
   for (int s = 0; s < split_.num_stages(); ++s) stages.emplace_back(s, &ctx);
 
   auto run = [&](const Action& a) {
+    const int rank = tables_.rank_of(a.stage);
+    kernels::MemoryWhere where({-1, a.microbatch, rank, a.stage});
     if (a.forward) {
       stages[a.stage].forward(a.microbatch);
     } else {
+      kernels::MemoryTag tag(kernels::MemCategory::Grads);
       stages[a.stage].backward(a.microbatch);
       if (acc) acc->after_backward(stage_params_[a.stage]);
     }
+    if (kernels::memory_recording())
+      kernels::memory_mark("rank " + std::to_string(rank) + (a.forward ? " F" : " B") +
+                               std::to_string(a.stage) + " mb " + std::to_string(a.microbatch),
+                           a.forward);
   };
   // In-process: every rank, scheduled here. Multi-process: this rank's actions, in order; its
   // receives block (with the transport's timeout) until the peer's message is there.
@@ -152,7 +160,10 @@ void PipelinedTrainer::execute(StepContext& ctx, const std::vector<std::vector<A
 
   stats_ = PipelineStats{};
   for (int r = 0; r < pc_.pp; ++r)
-    if (own < 0 || r == own) stats_.store_high_water.push_back(stores[r].high_water_microbatches());
+    if (own < 0 || r == own) {
+      stats_.store_high_water.push_back(stores[r].high_water_microbatches());
+      stats_.store_high_water_bytes.push_back(stores[r].high_water_bytes());
+    }
   const int M = cfg_.microbatches;
   std::vector<double> sent(2 * M);
   for (int m = 0; m < M; ++m) {
@@ -202,6 +213,7 @@ StepContext PipelinedTrainer::context(const kernels::NamedTensors& weights, cons
 
 void PipelinedTrainer::step(int64_t s, kernels::StepObserver& observer) {
   const auto t0 = std::chrono::steady_clock::now();
+  if (kernels::memory_recording()) kernels::memory_mark("step " + std::to_string(s) + " start", true);
   auto compute = kernels::make_compute_copies(cfg_, master_);
   const kernels::NamedTensors weights(master_.names(), compute);
   ledger_.clear();

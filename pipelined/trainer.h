@@ -44,6 +44,7 @@ std::vector<int> param_ranks(const kernels::ModelConfig& m, const Split& split, 
 // What one step's pipeline did, for tests and benchmarks.
 struct PipelineStats {
   std::vector<int> store_high_water;  // per rank: most micro-batches held at once
+  std::vector<int64_t> store_high_water_bytes;  // per rank: most bytes held at once
   int64_t bytes_forward = 0, bytes_backward = 0;  // the whole step
   std::vector<int64_t> bytes_forward_per_mb, bytes_backward_per_mb;
 };

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "kernels/config.h"
+#include "kernels/memory_ledger.h"
 
 namespace parity::reference {
 
@@ -89,6 +90,7 @@ void ReferenceTrainer::step(int64_t s, kernels::StepObserver& observer) {
   std::vector<size_t> all(P);
   for (size_t i = 0; i < P; ++i) all[i] = i;
 
+  if (kernels::memory_recording()) kernels::memory_mark("step " + std::to_string(s) + " start", true);
   auto compute = kernels::make_compute_copies(cfg_, master_);
   const NamedTensors weights(master_.names(), compute);
 
@@ -106,12 +108,19 @@ void ReferenceTrainer::step(int64_t s, kernels::StepObserver& observer) {
       const auto mb = microbatch(s, r, m);
       std::optional<kernels::LedgerScope> scope;
       if (cfg_.ledger_on(s)) scope.emplace(&ledger_, r * cfg_.microbatches + m);
+      kernels::MemoryWhere where({-1, r * cfg_.microbatches + m, -1, -1});
       auto l_m = model_.loss(weights, buffers_, mb.tokens, mb.labels,
                              static_cast<double>(n_global), true, mb.docs);
+      if (kernels::memory_recording()) kernels::memory_mark("forward mb " + std::to_string(m), true);
       const int data_m = cfg_.reverse_microbatches ? cfg_.microbatches - 1 - m : m;
-      if (!faults_.drops(r * cfg_.microbatches + data_m)) l_m.backward();
-      replica_losses.push_back(l_m.loss());
-      acc.after_backward(all);
+      {
+        kernels::MemoryTag tag(kernels::MemCategory::Grads);
+        if (!faults_.drops(r * cfg_.microbatches + data_m)) l_m.backward();
+        replica_losses.push_back(l_m.loss());
+        acc.after_backward(all);
+      }
+      if (kernels::memory_recording())
+        kernels::memory_mark("backward mb " + std::to_string(m), false);
     }
     auto replica_grads = acc.finish();
     auto replica_loss = torch::stack(replica_losses).sum();
@@ -123,6 +132,7 @@ void ReferenceTrainer::step(int64_t s, kernels::StepObserver& observer) {
     for (auto& l : replica_losses) mb_losses.push_back(l);
   }
   if (!faults_.empty()) apply_grad_faults(grads);
+  kernels::memory_mark("gradients ready", false);
   kernels::finish_step(cfg_, s, optimizer_, master_, buffers_, std::move(grads), loss, mb_losses, n_global,
                        t0, observer, cfg_.ledger_on(s) ? &ledger_ : nullptr);
 }

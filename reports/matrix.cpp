@@ -164,6 +164,7 @@ const std::map<std::string, Setter>& setters() {
       {"freeze_embedding", [](Cell& c, auto& n, auto& p) { c.freeze_embedding = get_bool(n, p); }},
       {"attn_res", [](Cell& c, auto& n, auto& p) { c.attn_res = named(n, p, spec::attn_res_forms()); }},
       {"kda", [](Cell& c, auto& n, auto& p) { c.kda = named(n, p, spec::kda_forms()); }},
+      {"ac", [](Cell& c, auto& n, auto& p) { c.ac = named(n, p, spec::checkpointing_modes()); }},
       {"warmup", [](Cell& c, auto& n, auto& p) { c.warmup = get_small(n, p, 0); }},
       {"max_norm", [](Cell& c, auto& n, auto& p) { c.max_norm = get_positive(n, p); }},
       {"pseudo_query_init", [](Cell& c, auto& n, auto& p) { c.pseudo_query_init = named(n, p, spec::pseudo_query_inits()); }},

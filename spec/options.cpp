@@ -56,6 +56,12 @@ const Choices<AttnResImpl>& attn_res_forms() {
   return t;
 }
 
+const Choices<Checkpointing>& checkpointing_modes() {
+  static const Choices<Checkpointing> t{
+      "--ac", {{Checkpointing::None, "none"}, {Checkpointing::Layer, "layer"}}};
+  return t;
+}
+
 const Choices<GradAccum>& grad_accums() {
   static const Choices<GradAccum> t{
       "--grad-accum",
@@ -140,6 +146,7 @@ const char* to_string(ScheduleKind v) { return schedules().name(v); }
 const char* to_string(Cache v) { return caches().name(v); }
 const char* to_string(KdaImpl v) { return kda_forms().name(v); }
 const char* to_string(AttnResImpl v) { return attn_res_forms().name(v); }
+const char* to_string(Checkpointing v) { return checkpointing_modes().name(v); }
 const char* to_string(GradAccum v) { return grad_accums().name(v); }
 const char* to_string(ClipOrder v) { return clip_orders().name(v); }
 const char* to_string(GradNormDtype v) { return grad_norm_dtypes().name(v); }

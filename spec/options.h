@@ -30,6 +30,10 @@ enum class Cache { On, Off };
 enum class KdaImpl { Recurrent, Chunked, Fused };
 enum class AttnResImpl { Plain, Recompute, Fused };
 
+// Activation checkpointing: none, or one region per transformer layer (torchtitan's selective
+// AC default), whose forward keeps only its inputs and whose backward recomputes it.
+enum class Checkpointing { None, Layer };
+
 // Micro-batch gradient accumulation (Auto: bf16 in the bf16 modes, where it differs).
 enum class GradAccum { Auto, BF16, FP32 };
 
@@ -71,6 +75,7 @@ const Choices<ScheduleKind>& schedules();
 const Choices<Cache>& caches();
 const Choices<KdaImpl>& kda_forms();
 const Choices<AttnResImpl>& attn_res_forms();
+const Choices<Checkpointing>& checkpointing_modes();
 const Choices<GradAccum>& grad_accums();
 const Choices<ClipOrder>& clip_orders();
 const Choices<GradNormDtype>& grad_norm_dtypes();
@@ -91,6 +96,7 @@ const char* to_string(ScheduleKind v);
 const char* to_string(Cache v);
 const char* to_string(KdaImpl v);
 const char* to_string(AttnResImpl v);
+const char* to_string(Checkpointing v);
 const char* to_string(GradAccum v);
 const char* to_string(ClipOrder v);
 const char* to_string(GradNormDtype v);

@@ -122,6 +122,7 @@ const std::vector<Field>& fields() {
       choice(&RunSpec::grad_accum, grad_accums()),
       choice(&RunSpec::attn_res, attn_res_forms()),
       choice(&RunSpec::kda, kda_forms()),
+      choice(&RunSpec::ac, checkpointing_modes()),
       choice(&RunSpec::documents, document_modes()),
       integer("--bos-id", &RunSpec::bos_id, -1, kMaxTokenId),
       integer("--eos-id", &RunSpec::eos_id, -1, kMaxTokenId),
@@ -147,7 +148,7 @@ auto tied(const RunSpec& s) {
   return std::tie(s.trainer, s.flavor, s.dtype, s.steps, s.microbatches, s.rows, s.seq_len,
                   s.seed, s.threads, s.dp, s.pp, s.vp, s.schedule, s.cache, s.split, s.device,
                   s.init_path, s.data_path, s.tokens_path, s.tokens_dtype, s.positions_path,
-                  s.clip_order, s.grad_norm_dtype, s.grad_accum, s.attn_res, s.kda, s.documents,
+                  s.clip_order, s.grad_norm_dtype, s.grad_accum, s.attn_res, s.kda, s.ac, s.documents,
                   s.bos_id, s.eos_id, s.lr, s.warmup, s.lr_schedule,
                   s.expert_balance, s.pseudo_query_init, s.loss_chunks, s.max_norm,
                   s.reverse_microbatches, s.freeze_embedding, s.inject);

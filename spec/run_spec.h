@@ -48,6 +48,7 @@ struct RunSpec {
   GradAccum grad_accum = GradAccum::Auto;
   AttnResImpl attn_res = AttnResImpl::Fused;
   KdaImpl kda = KdaImpl::Fused;
+  Checkpointing ac = Checkpointing::None;  // --ac layer: recompute each layer in the backward
   Documents documents = Documents::Off;
   // The ids that delimit documents under --documents on (the embedded tokenizer's: BOS 1,
   // EOS 2); -1: the tokenizer has no such token.

@@ -319,6 +319,13 @@ const std::vector<Case>& cases() {
       {"TruthNoSuchRun", "truth nope.pt --flavor tiny --seq-len 16 --microbatches 2", "'nope.pt' does not exist"},
       {"TruthNoSuchLog", "truth A --flavor tiny --init ckpt.h5 --seq-len 16 --microbatches 2 --log nope.log", "log 'nope.log': does not exist"},
       {"TruthMarginBelowOne", "truth A --flavor tiny --margin 0.5", "--margin: 0.5 is out of range"},
+      // ---- memory, and activation checkpointing
+      {"MemoryMultiProcess", "memory --flavor tiny --seq-len 16 --microbatches 2 --trainer pipelined --pp 2 --nproc 2", "memory counts the allocations of one process: drop --nproc"},
+      {"MemoryLayersWithInit", "memory --flavor tiny --seq-len 16 --microbatches 2 --layers 8 --init ckpt.h5", "--layers 8 changes the flavor's depth, which --init 'ckpt.h5' fixes"},
+      {"MemoryLayersZero", "memory --flavor tiny --layers 0", "--layers: 0 is out of range"},
+      {"MemorySnapshotInNoDirectory", "memory --flavor tiny --seq-len 16 --microbatches 2 --snapshot nodir/s.pickle", "--snapshot"},
+      {"AcUnknown", T + "--ac some", "unknown --ac 'some'; accepted: none, layer$"},
+      {"AcWithTheLedger", T + "--ac layer --ledger --dump out", "--ledger taps each stack read once, and --ac layer runs every read again"},
       // ---- closed-form
       {"ClosedFormStepsHuge", "closed-form --steps 1000000000", "--steps: 1000000000 is out of range; give an integer from 1 to 100"},  // found
       {"ClosedFormThreadsZero", "closed-form --threads 0", "--threads: 0 is out of range"},  // found

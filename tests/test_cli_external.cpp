@@ -574,4 +574,31 @@ TEST_F(External, TruthTakesAStateDictCheckpointAndJudgesTheLoggedLoss) {
   EXPECT_EQ(bad["consistent"], 443);  // the same gradients: only the loss is off
 }
 
+// `parity memory`'s files, read by what PyTorch users open them with: the snapshot by pickle and
+// torch.cuda._memory_viz, the Chrome trace as JSON trace events (tests/py/memory_files.py);
+// the JSON's categories against the allocator's count at every mark.
+TEST_F(External, MemoryFilesOpenInPyTorchsReaders) {
+  const auto r = run("memory --flavor tiny --seq-len 16 --layers 8 --ac layer --json --snapshot " +
+                     p("s.pickle") + " --trace " + p("t.json") + " --html " + p("m.html"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string cmd = std::string(PARITY_PYTHON) + " " + PARITY_SOURCE_DIR +
+                          "/tests/py/memory_files.py " + p("s.pickle") + " " + p("t.json") +
+                          " > " + p("py.log") + " 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << slurp(dir_ / "py.log");
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["n_layers"], 8);
+  EXPECT_GT(j["peak_bytes"].get<int64_t>(), 0);
+  int layer_marks = 0;
+  for (const auto& m : j["marks"]) {
+    int64_t sum = 0;
+    for (const auto& [name, bytes] : m["live"].items()) sum += bytes.get<int64_t>();
+    EXPECT_EQ(sum, m["total"].get<int64_t>()) << m["label"];
+    layer_marks += m["label"].get<std::string>().rfind("forward layer ", 0) == 0;
+  }
+  EXPECT_EQ(layer_marks, 8 * 4);  // 8 layers x 4 micro-batches
+  const std::string html = slurp(dir_ / "m.html");
+  EXPECT_NE(html.find("<svg"), std::string::npos);
+  EXPECT_NE(html.find("Forward of micro-batch 0"), std::string::npos);
+}
+
 }  // namespace

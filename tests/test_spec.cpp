@@ -72,6 +72,7 @@ TEST(Spec, EveryTableRoundTripsAndRefusesWithOneMessageForm) {
   check_table(caches(), "--cache", {"on", "off"});
   check_table(kda_forms(), "--kda", {"fused", "chunked", "recurrent"});
   check_table(attn_res_forms(), "--attn-res", {"fused", "recompute", "plain"});
+  check_table(checkpointing_modes(), "--ac", {"none", "layer"});
   check_table(grad_accums(), "--grad-accum", {"auto", "bf16", "fp32"});
   check_table(clip_orders(), "--clip-order", {"single", "per-rank"});
   check_table(grad_norm_dtypes(), "--grad-norm-dtype", {"fp32", "bf16"});
@@ -133,13 +134,13 @@ using namespace parity::spec;
 
 // RunSpec's fields, counted by the structured binding below: a field added to RunSpec stops
 // this file from compiling until the binding, and a mutation of the new field, are added here.
-constexpr size_t kFields = 39;
+constexpr size_t kFields = 40;
 
 void name_every_field() {
   [[maybe_unused]] auto [trainer, flavor, dtype, steps, microbatches, rows, seq_len, seed,
                          threads, dp, pp, vp, schedule, cache, split, device, init_path,
                          data_path, tokens_path, tokens_dtype, positions_path, clip_order,
-                         grad_norm_dtype, grad_accum, attn_res, kda, documents, bos_id, eos_id, lr, warmup, lr_schedule, expert_balance,
+                         grad_norm_dtype, grad_accum, attn_res, kda, ac, documents, bos_id, eos_id, lr, warmup, lr_schedule, expert_balance,
                          pseudo_query_init, loss_chunks, max_norm, reverse_microbatches,
                          freeze_embedding, inject] = RunSpec{};
 }
@@ -173,6 +174,7 @@ const std::vector<std::pair<std::string, std::function<void(RunSpec&)>>>& mutati
       {"grad_accum", [](RunSpec& s) { s.grad_accum = GradAccum::FP32; }},
       {"attn_res", [](RunSpec& s) { s.attn_res = AttnResImpl::Recompute; }},
       {"kda", [](RunSpec& s) { s.kda = KdaImpl::Chunked; }},
+      {"ac", [](RunSpec& s) { s.ac = Checkpointing::Layer; }},
       {"documents", [](RunSpec& s) { s.documents = Documents::On; }},
       {"bos_id", [](RunSpec& s) { s.bos_id = -1; }},  // none: a negative value survives
       {"eos_id", [](RunSpec& s) { s.eos_id = 2147483647; }},  // the largest

@@ -114,6 +114,7 @@ std::vector<at::Tensor> GradAccumulator::finish() {
 }
 
 Optimizer make_optimizer(const TrainConfig& cfg, const NamedTensors& master) {
+  MemoryTag tag(MemCategory::Optimizer);  // its state (AdamW's moments)
   return Optimizer(cfg.optimizer, cfg.adamw, cfg.sgd_lr, master.tensors());
 }
 

@@ -268,8 +268,13 @@ void launch_local(const RunOptions& o, const PreparedRun& run, kernels::StepObse
       } catch (const std::exception& e) {
         if (r == 0) obs.on_abort();  // the dump keeps the steps it has, marked incomplete
         const std::string what = spec::first_line(e.what());  // CommErrors already name the rank
-        std::cerr << "parity: " << (what.rfind("rank ", 0) == 0 ? "" : "rank " + std::to_string(r) + ": ")
-                  << what << "\n";
+        // One write(2): the ranks share the launcher's stderr, and a line written in pieces
+        // interleaves with another rank's ("parity: parity: rank 3: ...rank 1: ...").
+        const std::string text = "parity: " +
+                                 (what.rfind("rank ", 0) == 0 ? "" : "rank " + std::to_string(r) + ": ") +
+                                 what + "\n";
+        if (::write(2, text.data(), text.size()) < 0) {
+        }
         return dynamic_cast<const spec::BadInput*>(&e) ? spec::kBadInputExit : 1;
       }
     };

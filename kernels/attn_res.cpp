@@ -1,11 +1,11 @@
 #include "kernels/attn_res.h"
 
-#include <ATen/Parallel.h>
 #include <torch/torch.h>
 
 #include "kernels/attn_res_loops.h"
 #include "kernels/loop_tensors.h"
 #include "kernels/precision.h"
+#include "kernels/threads.h"
 
 namespace parity::kernels {
 
@@ -104,7 +104,7 @@ struct AttnResFusedFunction : public torch::autograd::Function<AttnResFusedFunct
     auto p = at::empty_like(r);
     on_loop_type(partial.scalar_type(), "the fused AttnRes read", [&](auto tag) {
       using S = decltype(tag);
-      at::parallel_for(0, tokens, 16, [&](int64_t t0, int64_t t1) {
+      parallel_for(0, tokens, 16, [&](int64_t t0, int64_t t1) {
         attn_res_loops::forward(s, elems<S>(stack), elems<S>(partial), q.data_ptr<Acc<S>>(),
                                 elems<S>(out), r.data_ptr<Acc<S>>(), p.data_ptr<Acc<S>>(), t0,
                                 t1);
@@ -130,13 +130,13 @@ struct AttnResFusedFunction : public torch::autograd::Function<AttnResFusedFunct
     on_loop_type(partial.scalar_type(), "the fused AttnRes read", [&](auto tag) {
       using S = decltype(tag);
       using A = Acc<S>;
-      at::parallel_for(0, tokens, 16, [&](int64_t t0, int64_t t1) {
+      parallel_for(0, tokens, 16, [&](int64_t t0, int64_t t1) {
         attn_res_loops::backward(s, elems<S>(stack), elems<S>(partial), q.data_ptr<A>(),
                                  r.data_ptr<A>(), p.data_ptr<A>(), go.data_ptr<A>(),
                                  elems<S>(d_stack), elems<S>(d_partial), dq_rows.data_ptr<A>(),
                                  t0, t1);
       });
-      at::parallel_for(0, s.D, 16, [&](int64_t d0, int64_t d1) {
+      parallel_for(0, s.D, 16, [&](int64_t d0, int64_t d1) {
         attn_res_loops::sum_rows(dq_rows.data_ptr<A>(), tokens, s.D, dq.data_ptr<A>(), d0, d1);
       });
     });

@@ -1,7 +1,6 @@
 #include "kernels/kda.h"
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <cmath>
@@ -17,6 +16,7 @@
 #include "kernels/norm_loops.h"
 #include "kernels/ops.h"
 #include "kernels/precision.h"
+#include "kernels/threads.h"
 
 namespace parity::kernels {
 
@@ -120,7 +120,7 @@ struct KdaFusedFunction : torch::autograd::Function<KdaFusedFunction> {
     auto r = at::empty({B, H, T, Vp}, v.options());
     auto a = at::empty_like(g);
     AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "kda_fused_forward", [&] {
-      at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
+      parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
         for (int64_t bh = begin; bh < end; ++bh) {
           const auto slice = [bh](const at::Tensor& t) { return row_head<scalar_t>(t, bh); };
           kda_core::forward(s, slice(q), slice(k), slice(v), slice(g), slice(beta), slice(o),
@@ -146,7 +146,7 @@ struct KdaFusedFunction : torch::autograd::Function<KdaFusedFunction> {
     auto dq = at::empty_like(q), dk = at::empty_like(k), dg = at::empty_like(a),
          dbeta = at::empty_like(beta), dv = at::empty({B, H, T, V}, q.options());
     AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "kda_fused_backward", [&] {
-      at::parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
+      parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
         for (int64_t bh = begin; bh < end; ++bh) {
           const auto slice = [bh](const at::Tensor& t) { return row_head<scalar_t>(t, bh); };
           kda_core::backward(s, slice(q), slice(k), slice(a), slice(beta), slice(states),
@@ -214,7 +214,7 @@ struct ConvFunction : torch::autograd::Function<ConvFunction> {
     auto y = at::empty_like(x);
     on_loop_type(x.scalar_type(), "the fused KDA conv", [&](auto tag) {
       using S = decltype(tag);
-      at::parallel_for(0, s.C, 64, [&](int64_t c0, int64_t c1) {
+      parallel_for(0, s.C, 64, [&](int64_t c0, int64_t c1) {
         kda_prep::conv_forward(s, elems<S>(x), elems<S>(w), elems<S>(y), c0, c1);
       });
     });
@@ -233,7 +233,7 @@ struct ConvFunction : torch::autograd::Function<ConvFunction> {
     auto dx = at::empty_like(x), dw = at::empty_like(w);
     on_loop_type(x.scalar_type(), "the fused KDA conv", [&](auto tag) {
       using S = decltype(tag);
-      at::parallel_for(0, s.C, 64, [&](int64_t c0, int64_t c1) {
+      parallel_for(0, s.C, 64, [&](int64_t c0, int64_t c1) {
         kda_prep::conv_backward(s, elems<S>(x), elems<S>(w), elems<S>(dy), elems<S>(dx),
                                 elems<S>(dw), c0, c1);
       });
@@ -259,7 +259,7 @@ struct HeadsFunction : torch::autograd::Function<HeadsFunction> {
     on_loop_type(a.scalar_type(), "the fused KDA head step", [&](auto tag) {
       using S = decltype(tag);
       using A = Acc<S>;
-      at::parallel_for(0, s.B * H, 1, [&](int64_t bh0, int64_t bh1) {
+      parallel_for(0, s.B * H, 1, [&](int64_t bh0, int64_t bh1) {
         kda_prep::heads_forward(s, elems<S>(a), out.data_ptr<A>(), inv.data_ptr<A>(), bh0, bh1);
       });
     });
@@ -283,7 +283,7 @@ struct HeadsFunction : torch::autograd::Function<HeadsFunction> {
     on_loop_type(a.scalar_type(), "the fused KDA head step", [&](auto tag) {
       using S = decltype(tag);
       using A = Acc<S>;
-      at::parallel_for(0, s.B * H, 1, [&](int64_t bh0, int64_t bh1) {
+      parallel_for(0, s.B * H, 1, [&](int64_t bh0, int64_t bh1) {
         kda_prep::heads_backward(s, elems<S>(a), inv.data_ptr<A>(), dout.data_ptr<A>(),
                                  elems<S>(da), bh0, bh1);
       });
@@ -307,7 +307,7 @@ struct DecayFunction : torch::autograd::Function<DecayFunction> {
     on_loop_type(pre.scalar_type(), "the fused KDA decay gate", [&](auto tag) {
       using S = decltype(tag);
       using A = Acc<S>;
-      at::parallel_for(0, s.H, 1, [&](int64_t h0, int64_t h1) {
+      parallel_for(0, s.H, 1, [&](int64_t h0, int64_t h1) {
         kda_gates::decay_forward(s, elems<S>(pre), dt.data_ptr<A>(), rate.data_ptr<A>(),
                                  z.data_ptr<A>(), h0, h1);
       });
@@ -326,7 +326,7 @@ struct DecayFunction : torch::autograd::Function<DecayFunction> {
     on_loop_type(pre.scalar_type(), "the fused KDA decay gate", [&](auto tag) {
       using S = decltype(tag);
       using A = Acc<S>;
-      at::parallel_for(0, s.H, 1, [&](int64_t h0, int64_t h1) {
+      parallel_for(0, s.H, 1, [&](int64_t h0, int64_t h1) {
         kda_gates::decay_backward(s, elems<S>(pre), dt.data_ptr<A>(), rate.data_ptr<A>(),
                                   dz.data_ptr<A>(), elems<S>(dpre), ddt.data_ptr<A>(),
                                   drate.data_ptr<A>(), h0, h1);
@@ -353,7 +353,7 @@ struct GatedNormFunction : torch::autograd::Function<GatedNormFunction> {
     on_loop_type(stream, "the fused KDA output norm", [&](auto tag) {
       using S = decltype(tag);
       using A = Acc<S>;
-      at::parallel_for(0, s.B * s.T * s.H, 64, [&](int64_t n0, int64_t n1) {
+      parallel_for(0, s.B * s.T * s.H, 64, [&](int64_t n0, int64_t n1) {
         kda_gates::norm_forward(s, o.data_ptr<A>(), gate.data_ptr<A>(), w.data_ptr<A>(), eps,
                                 elems<S>(y), r.data_ptr<A>(), n0, n1);
       });
@@ -374,7 +374,7 @@ struct GatedNormFunction : torch::autograd::Function<GatedNormFunction> {
     on_loop_type(dy.scalar_type(), "the fused KDA output norm", [&](auto tag) {
       using S = decltype(tag);
       using A = Acc<S>;
-      at::parallel_for(0, rows, 64, [&](int64_t n0, int64_t n1) {
+      parallel_for(0, rows, 64, [&](int64_t n0, int64_t n1) {
         kda_gates::norm_backward(s, o.data_ptr<A>(), gate.data_ptr<A>(), w.data_ptr<A>(),
                                  r.data_ptr<A>(), elems<S>(dy), d_o.data_ptr<A>(),
                                  dgate.data_ptr<A>(), dw_rows.data_ptr<A>(), n0, n1);

@@ -1,7 +1,6 @@
 #include "kernels/ops.h"
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
@@ -10,6 +9,7 @@
 #include "kernels/loop_tensors.h"
 #include "kernels/norm_loops.h"
 #include "kernels/precision.h"
+#include "kernels/threads.h"
 
 namespace parity::kernels {
 
@@ -34,7 +34,7 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
     auto r = at::empty({N}, x.options().dtype(accum_dtype(x.scalar_type())));
     on_loop_type(x.scalar_type(), "the RMSNorm loop", [&](auto tag) {
       using S = decltype(tag);
-      at::parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) {
+      parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) {
         norm_loops::forward(D, elems<S>(x), elems<S>(w), eps, elems<S>(y),
                             r.data_ptr<Acc<S>>(), n0, n1);
       });
@@ -54,7 +54,7 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
     on_loop_type(x.scalar_type(), "the RMSNorm loop", [&](auto tag) {
       using S = decltype(tag);
       using A = Acc<S>;
-      at::parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) {
+      parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) {
         norm_loops::backward(D, elems<S>(x), elems<S>(w), r.data_ptr<A>(), elems<S>(dy),
                              elems<S>(dx), dw_rows.data_ptr<A>(), n0, n1);
       });
@@ -92,7 +92,7 @@ at::Tensor gemm_product(gemm::Isa isa, int64_t M, int64_t N, int64_t K, gemm::Vi
   // At least about a million multiply-adds per task.
   const int64_t grain =
       std::max<int64_t>(1, (int64_t{1} << 20) / std::max<int64_t>(1, M * K * gemm::kColumnAlign));
-  at::parallel_for(0, panels, grain, [&](int64_t p0, int64_t p1) {
+  parallel_for(0, panels, grain, [&](int64_t p0, int64_t p1) {
     gemm::multiply(isa, M, N, K, A, B, C, N, p0 * gemm::kColumnAlign,
                    std::min(N, p1 * gemm::kColumnAlign));
   });

@@ -1,7 +1,6 @@
 #include "kernels/optim.h"
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cmath>
@@ -11,6 +10,7 @@
 #include "kernels/config.h"
 #include "kernels/loop_tensors.h"
 #include "kernels/precision.h"
+#include "kernels/threads.h"
 
 namespace parity::kernels {
 
@@ -56,7 +56,7 @@ bool loop_step(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v,
   loop_tensors::on_loop_type(t, "the AdamW loop", [&](auto tag) {
     using S = decltype(tag);
     using loop_tensors::elems;
-    at::parallel_for(0, p.numel(), 1 << 14, [&](int64_t i0, int64_t i1) {
+    parallel_for(0, p.numel(), 1 << 14, [&](int64_t i0, int64_t i1) {
       adamw_loop::update(c, elems<S>(p), elems<S>(g), elems<S>(m), elems<S>(v), i0, i1);
     });
   });

@@ -21,12 +21,16 @@
 #include "pipelined/trainer.h"
 #include "reference/trainer.h"
 #include "tests/synthetic.h"
+#include "tests/trainer_runs.h"
 
 namespace parity {
 namespace {
 
 using kernels::MemCategory;
 using kernels::Precision;
+using testing::Capture;
+using testing::expect_steps_move;
+using testing::Run;
 using testing::synthetic_rows;
 using testing::tiny_params;
 
@@ -48,85 +52,17 @@ kernels::TrainConfig tiny_config(Precision p, int steps, bool ac) {
   return cfg;
 }
 
-struct Run {
-  std::vector<at::Tensor> loss, norm;
-  std::vector<std::vector<at::Tensor>> mb_losses, grads, params, buffers;  // per step
-};
-
-class Capture : public kernels::StepObserver {
- public:
-  bool wants_tensors(int64_t) const override { return true; }
-  void on_step(const kernels::StepRecord& r) override {
-    auto copy = [](const std::vector<at::Tensor>& v) {
-      std::vector<at::Tensor> out;
-      for (const auto& t : v) out.push_back(t.clone());
-      return out;
-    };
-    run.loss.push_back(r.loss.clone());
-    run.norm.push_back(r.grad_norm.clone());
-    run.mb_losses.push_back(copy(r.mb_losses));
-    run.grads.push_back(copy(*r.grads));
-    run.params.push_back(copy(*r.params));
-    run.buffers.push_back(r.buffers ? copy(*r.buffers) : std::vector<at::Tensor>{});
-  }
-  Run run;
-};
-
 Run reference_run(Precision p, bool ac, int steps = 3) {
-  reference::ReferenceTrainer t(tiny_config(p, steps, ac), tiny_params(), rows());
-  Capture c;
-  t.run(c);
-  return c.run;
-}
-
-pipelined::PipelineConfig pp4vp4(bool cache) {
-  pipelined::PipelineConfig pc;
-  pc.pp = 4;
-  pc.vp = 4;
-  pc.schedule = pipelined::ScheduleKind::Interleaved1F1B;
-  pc.cache = cache;
-  return pc;
+  return testing::reference_run(tiny_config(p, steps, ac), tiny_params(), rows());
 }
 
 Run pipelined_run(Precision p, bool ac, bool cache, int steps = 3) {
-  pipelined::PipelinedTrainer t(tiny_config(p, steps, ac), pp4vp4(cache), tiny_params(), rows());
-  Capture c;
-  t.run(c);
-  return c.run;
+  return testing::pipelined_run(tiny_config(p, steps, ac), testing::pp4vp4(cache), tiny_params(),
+                                rows());
 }
 
 void expect_bitwise(const Run& a, const Run& b, const std::string& what) {
-  ASSERT_EQ(a.loss.size(), 3u) << what;
-  ASSERT_EQ(a.loss.size(), b.loss.size()) << what;
-  const auto names = kernels::init_params(kernels::flavor("tiny"), 0).names();
-  for (size_t s = 0; s < a.loss.size(); ++s) {
-    const std::string at_step = ", step " + std::to_string(s + 1);
-    EXPECT_TRUE(torch::equal(a.loss[s], b.loss[s])) << what << ": loss" << at_step;
-    EXPECT_TRUE(torch::equal(a.norm[s], b.norm[s])) << what << ": grad norm" << at_step;
-    ASSERT_EQ(a.mb_losses[s].size(), b.mb_losses[s].size());
-    for (size_t m = 0; m < a.mb_losses[s].size(); ++m)
-      EXPECT_TRUE(torch::equal(a.mb_losses[s][m], b.mb_losses[s][m]))
-          << what << ": micro-batch " << m << " loss" << at_step;
-    ASSERT_EQ(a.grads[s].size(), names.size());
-    for (size_t i = 0; i < names.size(); ++i) {
-      EXPECT_TRUE(torch::equal(a.grads[s][i], b.grads[s][i]))
-          << what << ": gradient of " << names[i] << at_step;
-      EXPECT_TRUE(torch::equal(a.params[s][i], b.params[s][i]))
-          << what << ": updated " << names[i] << at_step;
-    }
-    ASSERT_EQ(a.buffers[s].size(), b.buffers[s].size());
-    for (size_t i = 0; i < a.buffers[s].size(); ++i)
-      EXPECT_TRUE(torch::equal(a.buffers[s][i], b.buffers[s][i]))
-          << what << ": expert bias " << i << at_step;
-  }
-}
-
-// The runs differ from step to step (the bias moves, the parameters update): a comparison of
-// equal runs is not a comparison of constants.
-void expect_steps_move(const Run& r) {
-  ASSERT_EQ(r.loss.size(), 3u);
-  EXPECT_FALSE(torch::equal(r.loss[0], r.loss[2]));
-  EXPECT_FALSE(torch::equal(r.params[0][0], r.params[2][0]));
+  testing::expect_bitwise(a, b, kernels::init_params(kernels::flavor("tiny"), 0).names(), 3, what);
 }
 
 class Checkpointing : public ::testing::TestWithParam<Precision> {};

@@ -16,11 +16,11 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
   const int64_t T = q.size(-2);
   // The scores stay in acc from the product to the softmax, as torch's Flex attention keeps
   // them in fp32 for bf16 inputs; only the probabilities round to v's dtype.
-  auto scores = at::matmul(q.to(acc), k.to(acc).transpose(-1, -2)) * scale;  // [B,H,T,T]
+  auto scores = batched_project(q.to(acc), k.to(acc)) * scale;  // [B,H,T,T]
   auto future = at::ones({T, T}, q.options().dtype(at::kBool)).triu(1);
   scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
   auto probs = at::softmax(scores, -1).to(v.scalar_type());
-  return at::matmul(probs, v);
+  return batched_project(probs, v.transpose(-1, -2));
 }
 
 at::Tensor mla(const at::Tensor& x, const MlaWeights& w, const MlaDims& d) {

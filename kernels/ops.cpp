@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "kernels/gemm.h"
 #include "kernels/loop_tensors.h"
@@ -133,6 +134,101 @@ struct ProjectFunction : torch::autograd::Function<ProjectFunction> {
 };
 
 }  // namespace
+
+namespace {
+
+// The element offset of each matrix of t's leading dims (all but the last two), in row-major
+// order of their indices.
+std::vector<int64_t> matrix_offsets(const at::Tensor& t) {
+  std::vector<int64_t> offsets{0};
+  for (int64_t d = 0; d + 2 < t.dim(); ++d) {
+    std::vector<int64_t> next;
+    next.reserve(offsets.size() * static_cast<size_t>(t.size(d)));
+    for (int64_t o : offsets)
+      for (int64_t i = 0; i < t.size(d); ++i) next.push_back(o + i * t.stride(d));
+    offsets = std::move(next);
+  }
+  return offsets;
+}
+
+// Matrix g of a batch: base pointer + offset, with the last two dims' strides (transposed:
+// swapped).
+gemm::View matrix_view(const at::Tensor& t, int64_t offset, bool transpose) {
+  const int64_t rs = t.stride(-2), cs = t.stride(-1);
+  return {t.data_ptr<float>() + offset, transpose ? cs : rs, transpose ? rs : cs};
+}
+
+// C[g] = A[g] B[g] for the G = a_offsets.size() matrices, C contiguous [G, M, N]: the
+// (matrix, column panel) pairs split between the intra-op threads, each product as in
+// gemm_product (the split changes no bits).
+void batched_product(gemm::Isa isa, int64_t M, int64_t N, int64_t K, const at::Tensor& a,
+                     const std::vector<int64_t>& a_off, bool a_t, const at::Tensor& b,
+                     const std::vector<int64_t>& b_off, bool b_t, float* C) {
+  const int64_t G = static_cast<int64_t>(a_off.size());
+  const int64_t panels = (N + gemm::kColumnAlign - 1) / gemm::kColumnAlign;
+  const int64_t grain =
+      std::max<int64_t>(1, (int64_t{1} << 20) / std::max<int64_t>(1, M * K * gemm::kColumnAlign));
+  parallel_for(0, G * panels, grain, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t g = t / panels, p = t % panels;
+      gemm::multiply(isa, M, N, K, matrix_view(a, a_off[g], a_t), matrix_view(b, b_off[g], b_t),
+                     C + g * M * N, N, p * gemm::kColumnAlign,
+                     std::min(N, (p + 1) * gemm::kColumnAlign));
+    }
+  });
+}
+
+// batched_project() in fp32 on CPU: y[g] = x[g] w[g]^T, dx[g] = dy[g] w[g] and
+// dw[g] = dy[g]^T x[g], each with gemm::multiply.
+struct BatchedProjectFunction : torch::autograd::Function<BatchedProjectFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            const at::Tensor& w, int64_t isa) {
+    const int64_t M = x.size(-2), I = x.size(-1), O = w.size(-2);
+    auto shape = x.sizes().vec();
+    shape.back() = O;
+    auto y = at::empty(shape, x.options());
+    batched_product(gemm::Isa(isa), M, O, I, x, matrix_offsets(x), false, w, matrix_offsets(w),
+                    true, y.data_ptr<float>());
+    ctx->save_for_backward({x, w});
+    ctx->saved_data["isa"] = isa;
+    return y;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &x = saved[0], &w = saved[1];
+    const auto isa = gemm::Isa(ctx->saved_data["isa"].toInt());
+    const int64_t M = x.size(-2), I = x.size(-1), O = w.size(-2);
+    auto dy = grads[0].contiguous();
+    const auto dy_off = matrix_offsets(dy);
+    at::Tensor dx, dw;
+    if (ctx->needs_input_grad(0)) {
+      dx = at::empty(x.sizes(), x.options());
+      batched_product(isa, M, I, O, dy, dy_off, false, w, matrix_offsets(w), false,
+                      dx.data_ptr<float>());
+    }
+    if (ctx->needs_input_grad(1)) {
+      dw = at::empty(w.sizes(), w.options());
+      batched_product(isa, O, I, M, dy, dy_off, true, x, matrix_offsets(x), false,
+                      dw.data_ptr<float>());
+    }
+    return {dx, dw, at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor batched_project(const at::Tensor& x, const at::Tensor& w) {
+  const bool ours = x.is_cpu() && w.is_cpu() && x.scalar_type() == at::kFloat &&
+                    w.scalar_type() == at::kFloat && x.dim() >= 2 && w.dim() == x.dim() &&
+                    x.size(-1) == w.size(-1) && x.numel() > 0 && w.numel() > 0 &&
+                    x.sizes().slice(0, x.dim() - 2) == w.sizes().slice(0, w.dim() - 2);
+  if (ours)
+    if (const auto isa = gemm::chosen_isa())
+      return BatchedProjectFunction::apply(x, w, int64_t(*isa));
+  return at::matmul(x, w.transpose(-1, -2));
+}
 
 at::Tensor project(const at::Tensor& x, const at::Tensor& w) {
   const bool ours = x.is_cpu() && w.is_cpu() && x.scalar_type() == at::kFloat &&

@@ -22,6 +22,12 @@ at::Tensor rms_norm_ops(const at::Tensor& x_sD, const at::Tensor& w_D, double ep
 // PARITY_GEMM=aten runs at::matmul in fp32 too (PARITY_GEMM=avx512|avx2|scalar picks a path).
 at::Tensor project(const at::Tensor& x_sI, const at::Tensor& w_OI);
 
+// project() for a batch of matrices: y[g] = x[g] @ w[g]^T for every index g of the leading
+// dims, which x and w share (any strides). x_GMI, w_GOI -> y_GMO. In fp32 on CPU each
+// product is parity's, as project()'s; elsewhere at::matmul(x, w^T). Attention's products:
+// scores = q k^T is batched_project(q, k), probs v is batched_project(probs, v^T).
+at::Tensor batched_project(const at::Tensor& x_GMI, const at::Tensor& w_GOI);
+
 // SiTU-GLU (models/common/activation.SiTUGLU), in acc, cast back to gate's dtype:
 //   (beta tanh(g / beta) sigmoid(g)) * (linear_beta tanh(u / linear_beta)).
 // gate_sH, up_sH -> h_sH.

@@ -634,6 +634,55 @@ TEST(GemmBitwise, ProjectForwardAndBackwardAreTheChains) {
   for (int t = 0; t < 3; ++t) EXPECT_TRUE(at::equal(one[t], two[t])) << "output " << t;
 }
 
+// batched_project() in fp32 on CPU: for every matrix of the batch, y = x w^T, dx = dy w and
+// dw = dy^T x, each element the chain of its definition, with x and w strided views (the
+// leading dims transposed, as attention's q, k and v are); and one thread or two give the
+// same bits (the (matrix, panel) pairs split between them).
+TEST(GemmBitwise, BatchedProjectIsTheChainOfEachMatrix) {
+  if (!parity::kernels::gemm::chosen_isa()) GTEST_SKIP() << "PARITY_GEMM=aten";
+  // O = 200: 7 column panels a matrix, 42 (matrix, panel) pairs, more than one thread's grain
+  // (2^20 / (M I 32) = 19 pairs), so that two threads do split the forward (and dx, dw).
+  const int64_t G0 = 2, G1 = 3, M = 37, I = 45, O = 200;
+  auto gen = at::detail::createCPUGenerator(8);
+  auto x_base = at::randn({G1, G0, M, I}, gen), w_base = at::randn({G1, G0, O, I}, gen);
+  auto dy = at::randn({G0, G1, M, O}, gen);
+  auto run = [&](int threads) {
+    at::set_num_threads(threads);
+    auto xb = x_base.clone().requires_grad_(true), wb = w_base.clone().requires_grad_(true);
+    auto y = k::batched_project(xb.transpose(0, 1), wb.transpose(0, 1));  // [G0, G1, M, O]
+    y.backward(dy);
+    at::set_num_threads(1);
+    return std::vector<at::Tensor>{y.detach().clone(), xb.grad().transpose(0, 1).clone(),
+                                   wb.grad().transpose(0, 1).clone()};
+  };
+  const auto one = run(1), two = run(2);
+  const auto X = x_base.transpose(0, 1), W = w_base.transpose(0, 1);
+  auto chain = [](const at::Tensor& a, const at::Tensor& b, int64_t i, int64_t j) {
+    float c = 0.0f;  // a [., K], b [K, .]
+    for (int64_t kk = 0; kk < a.size(1); ++kk)
+      c = std::fma(a[i][kk].item<float>(), b[kk][j].item<float>(), c);
+    return c;
+  };
+  int64_t bad_y = 0, bad_dx = 0, bad_dw = 0, checked = 0;
+  for (int64_t g0 = 0; g0 < G0; ++g0)
+    for (int64_t g1 = 0; g1 < G1; ++g1) {
+      const auto x = X[g0][g1], w = W[g0][g1], d = dy[g0][g1];
+      const auto y = one[0][g0][g1], dx = one[1][g0][g1], dw = one[2][g0][g1];
+      for (int64_t m = g1; m < M; m += 7)
+        for (int64_t o = g0; o < O; o += 9, ++checked)
+          bad_y += !same_bits(y[m][o].item<float>(), chain(x, w.t(), m, o));
+      for (int64_t m = g1; m < M; m += 7)
+        for (int64_t i = g0; i < I; i += 8) bad_dx += !same_bits(dx[m][i].item<float>(), chain(d, w, m, i));
+      for (int64_t o = g1; o < O; o += 9)
+        for (int64_t i = g0; i < I; i += 8) bad_dw += !same_bits(dw[o][i].item<float>(), chain(d.t(), x, o, i));
+    }
+  EXPECT_GT(checked, 100);
+  EXPECT_EQ(bad_y, 0) << "y";
+  EXPECT_EQ(bad_dx, 0) << "dx";
+  EXPECT_EQ(bad_dw, 0) << "dw";
+  for (int t = 0; t < 3; ++t) EXPECT_TRUE(at::equal(one[t], two[t])) << "output " << t;
+}
+
 // The product against fp64, on every instruction set here. Bound: a sequential chain of K
 // fused multiply-adds rounds once per step, so |c - a.b| <= gamma_K sum_k |a_k b_k| with
 // gamma_K = K u / (1 - K u), u = 2^-24 (each partial sum's error compounds at most K times).

@@ -14,7 +14,7 @@
 // every sum in a fixed order: along the key channels sequentially by vector block, then a
 // fixed pairwise tree over the lanes; along the value channels sequentially by column, in
 // tiles of a fixed width. The file is built without FMA contraction, so the same input gives
-// the same bits on every x86-64 machine whichever clone (AVX-512, AVX2, SSE2) runs, and on
+// the same bits on every x86-64 machine whichever clone (x86-64-v4, x86-64-v3, SSE2) runs, and on
 // any number of threads (each (row, head) is one thread's work).
 #pragma once
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -150,6 +151,38 @@ PARITY_INLINE A fixed_exp(A x) {
 template <class A>
 PARITY_INLINE A logistic(A x) {
   return A(1) / (A(1) + fixed_exp(-x));
+}
+
+// e^x - 1 for x <= 0, accurate where it is small (exp(x) - 1 cancels there): the reduction of
+// fixed_exp, x = n ln2 + r; e^r - 1 = r (1 + r/2! + r^2/3! + ...) by Horner to degree 8 (fp32)
+// or 14 (fp64), whose remainder is below 0.01 ulp; then 2^n (e^r - 1) + (2^n - 1), where the
+// product and 2^n - 1 are exact and only the sum rounds. x below -64 is taken as -64, whose
+// result already rounds to -1 in both types (2^n stays normal: n >= -93).
+template <class A>
+PARITY_INLINE A fixed_expm1_neg(A x) {
+  using P = ExpParts<A>;
+  using Bits = typename P::Bits;
+  constexpr int kDegree = sizeof(A) == 4 ? 8 : 14;
+  constexpr TaylorExp<A, kDegree> taylor;
+  const A xc = x < A(-64) ? A(-64) : x;
+  const A n = (xc * P::log2e + P::shifter) - P::shifter;
+  const A r = (xc - n * P::ln2_hi) - n * P::ln2_lo;
+  A p = taylor.c[kDegree];
+#pragma GCC unroll 16
+  for (int i = kDegree - 1; i >= 1; --i) p = p * r + taylor.c[i];
+  p = p * r;
+  const Bits e = (Bits(n) + P::bias) << P::mantissa;
+  A s;
+  std::memcpy(&s, &e, sizeof s);
+  return s * p + (s - A(1));
+}
+
+// tanh(x) = -m / (m + 2) with m = e^(-2|x|) - 1 (fixed_expm1_neg), and the sign of x: no
+// cancellation anywhere, so small |x| keeps its relative accuracy. +-inf gives +-1, NaN NaN.
+template <class A>
+PARITY_INLINE A fixed_tanh(A x) {
+  const A m = fixed_expm1_neg(A(-2) * std::fabs(x));
+  return std::copysign((A(0) - m) / (m + A(2)), x);
 }
 
 // Sums along a vector: kLanes partial sums, then a fixed pairwise tree over them.

@@ -119,8 +119,7 @@ at::Tensor moe(const at::Tensor& x, const MoeWeights& w, const MoeBuffers& b,
   for (int64_t e = 0; e < E; ++e)
     if (cnt[e] > 0) gus.push_back(project(zs_parts[e], w13_e[e]));
   auto gu = at::cat(gus, 0);                                             // [N*K, 2H]
-  auto act = situ_glu(gu.narrow(-1, 0, H), gu.narrow(-1, H, H), c.situ_beta,
-                      c.situ_linear_beta);                               // [N*K, H]
+  auto act = situ_glu_rows(gu, c.situ_beta, c.situ_linear_beta);         // [N*K, H]
   const auto act_parts = act.split_with_sizes(cnt);
   for (int64_t e = 0; e < E; ++e)
     if (cnt[e] > 0) outs.push_back(project(act_parts[e], w2_e[e]));

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/gemm.h"
+#include "kernels/glu_loops.h"
 #include "kernels/loop_tensors.h"
 #include "kernels/norm_loops.h"
 #include "kernels/precision.h"
@@ -248,11 +249,64 @@ at::Tensor situ_glu(const at::Tensor& gate, const at::Tensor& up, double beta,
   return (a * b).to(gate.scalar_type());
 }
 
+namespace {
+
+// glu_loops' SiTU-GLU as an autograd Function: gu [.., 2H] -> y [.., H], one dtype.
+struct SituGluFunction : torch::autograd::Function<SituGluFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& gu_in,
+                            double beta, double linear_beta) {
+    auto gu = gu_in.contiguous();
+    const int64_t H = gu.size(-1) / 2, N = gu.numel() / (2 * H);
+    auto shape = gu.sizes().vec();
+    shape.back() = H;
+    auto y = at::empty(shape, gu.options());
+    on_loop_type(gu.scalar_type(), "the SiTU-GLU loop", [&](auto tag) {
+      using S = decltype(tag);
+      parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
+        glu_loops::forward(H, elems<S>(gu), beta, linear_beta, elems<S>(y), n0, n1);
+      });
+    });
+    ctx->save_for_backward({gu});
+    ctx->saved_data["beta"] = beta;
+    ctx->saved_data["linear_beta"] = linear_beta;
+    return y;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto gu = ctx->get_saved_variables()[0];
+    const double beta = ctx->saved_data["beta"].toDouble();
+    const double linear_beta = ctx->saved_data["linear_beta"].toDouble();
+    const int64_t H = gu.size(-1) / 2, N = gu.numel() / (2 * H);
+    auto dy = grads[0].to(gu.scalar_type()).contiguous();
+    auto dgu = at::empty_like(gu);
+    on_loop_type(gu.scalar_type(), "the SiTU-GLU loop", [&](auto tag) {
+      using S = decltype(tag);
+      parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
+        glu_loops::backward(H, elems<S>(gu), elems<S>(dy), beta, linear_beta, elems<S>(dgu),
+                            n0, n1);
+      });
+    });
+    return {dgu, at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor situ_glu_rows(const at::Tensor& gu, double beta, double linear_beta) {
+  TORCH_CHECK(gu.dim() >= 1 && gu.size(-1) % 2 == 0,
+              "situ_glu_rows: the last dim holds a gate half and an up half; got ", gu.sizes());
+  const int64_t H = gu.size(-1) / 2;
+  if (gu.is_cpu() && loop_dtype(gu.scalar_type()) && gu.numel() > 0)
+    return SituGluFunction::apply(gu, beta, linear_beta);
+  return situ_glu(gu.narrow(-1, 0, H), gu.narrow(-1, H, H), beta, linear_beta);
+}
+
 at::Tensor glu_ffn(const at::Tensor& x, const at::Tensor& w13, const at::Tensor& w2, double beta,
                    double linear_beta) {
   const int64_t H = w13.size(1);
   auto gu = project(x, w13.reshape({2 * H, w13.size(2)}));  // [.., 2H]: gate | up
-  return project(situ_glu(gu.narrow(-1, 0, H), gu.narrow(-1, H, H), beta, linear_beta), w2);
+  return project(situ_glu_rows(gu, beta, linear_beta), w2);
 }
 
 at::Tensor embed_tokens(const at::Tensor& tokens, const at::Tensor& w) {

@@ -34,6 +34,13 @@ at::Tensor batched_project(const at::Tensor& x_GMI, const at::Tensor& w_GOI);
 at::Tensor situ_glu(const at::Tensor& gate_sH, const at::Tensor& up_sH, double beta,
                     double linear_beta);
 
+// situ_glu on the w13 product's output, whose rows hold the gate half then the up half:
+// gu_s2H -> h_sH. On CPU in fp32, fp64 and bf16 it is the fused loops of kernels/glu_loops.h
+// (one pass over memory each way, only gu saved; their tanh and sigmoid are parity's own, so
+// the bits differ from situ_glu's by a few ulp: tests/test_ops.cpp bounds both against the
+// exact values); elsewhere situ_glu of the two halves.
+at::Tensor situ_glu_rows(const at::Tensor& gu_s2H, double beta, double linear_beta);
+
 // The gated FFN: w2(SiTU-GLU(w13[0] x, w13[1] x)), the gate and up projections one GEMM.
 // x_sD, w13_2HD (stacked gate/up), w2_DH -> y_sD.
 at::Tensor glu_ffn(const at::Tensor& x_sD, const at::Tensor& w13_2HD, const at::Tensor& w2_DH,

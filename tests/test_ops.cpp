@@ -1,5 +1,6 @@
 // Tests for the ops (kernels/ops.h): rms_norm (and its loop against the ATen form),
-// cross_entropy_sum, causal_attention, SiTU-GLU,
+// cross_entropy_sum, causal_attention, SiTU-GLU (the readable form, and the fused loops of
+// situ_glu_rows with their tanh, forward and backward, against the exact values),
 // the L2 normalisation and KimiRMSNormGated against scalar loops of their formulas
 // (tolerance); fp64 finite-difference gradient checks of the SiTU-GLU FFN and
 // KimiRMSNormGated; embed_tokens is a gather (bitwise); the fp32 product (kernels/gemm.h)
@@ -19,11 +20,13 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
 
 #include "kernels/gemm.h"
+#include "kernels/loop_elems.h"
 #include "kernels/mla.h"
 #include "kernels/ops.h"
 #include "kernels/vector_kernels.h"
@@ -342,6 +345,164 @@ TEST_P(SituGlu, MatchesFormula) {
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, SituGlu,
                          ::testing::Values(at::kFloat, at::kBFloat16, at::kDouble),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// The loops' tanh (loop_elems::fixed_tanh) against the exact value (long double): relative
+// error within 10u of the result's type (u its unit roundoff), over both signs and the whole
+// range where tanh is not yet +-1, and its edges. Bound: m = e^(-2|x|) - 1 within 4u
+// (fixed_expm1_neg: n = 0 leaves r = x exact, Horner's roundings weigh below 2u and the last
+// product u; n != 0 adds 2^n p, exact, to 2^n - 1, exact, where |2^n p| <= 0.21 |m|, and one
+// rounding); 0 - m is exact; m + 2 within 4u |m| / (2 + m) + u <= 5u (|m| < 1 <= 2 + m); the
+// division u: 4u + 5u + u. (Its header asks for files built without FMA contraction; this one
+// is built for plain x86-64, which has no FMA to contract into.)
+template <class A>
+void expect_fixed_tanh_within_ten_u(A lo, A hi, int64_t points) {
+  const double u = sizeof(A) == 4 ? kU32 : kU64;
+  double worst = 0;
+  A worst_x = 0;
+  for (int64_t i = 0; i <= points; ++i) {
+    const A x = lo + (hi - lo) * A(i) / A(points);
+    const long double exact = std::tanh((long double)x);
+    const A got = k::loop_elems::fixed_tanh(x);
+    const double err = exact == 0 ? double(got != 0) : double(std::fabs((got - exact) / exact)) / u;
+    if (err > worst) worst = err, worst_x = x;
+  }
+  EXPECT_LE(worst, 10.0) << "at x = " << worst_x;
+  std::cout << "[ observed ] fixed_tanh<" << (sizeof(A) == 4 ? "float" : "double") << "> worst "
+            << worst << " u at " << worst_x << " (bound 10 u)\n";
+}
+
+TEST(FixedTanh, WithinTenUnitRoundoffsOfExact) {
+  expect_fixed_tanh_within_ten_u<float>(-10.0f, 10.0f, 400001);
+  expect_fixed_tanh_within_ten_u<float>(-1e-3f, 1e-3f, 20001);
+  expect_fixed_tanh_within_ten_u<float>(-1e-30f, 1e-30f, 2001);
+  expect_fixed_tanh_within_ten_u<double>(-20.0, 20.0, 400001);
+  expect_fixed_tanh_within_ten_u<double>(-1e-3, 1e-3, 20001);
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(k::loop_elems::fixed_tanh(0.0f), 0.0f);
+  EXPECT_EQ(k::loop_elems::fixed_tanh(20.0f), 1.0f);
+  EXPECT_EQ(k::loop_elems::fixed_tanh(-200.0f), -1.0f);
+  EXPECT_EQ(k::loop_elems::fixed_tanh(inf), 1.0f);
+  EXPECT_EQ(k::loop_elems::fixed_tanh(-inf), -1.0f);
+  EXPECT_EQ(k::loop_elems::fixed_tanh(-1e300), -1.0);
+  EXPECT_TRUE(std::isnan(k::loop_elems::fixed_tanh(std::nanf(""))));
+  EXPECT_TRUE(std::isnan(k::loop_elems::fixed_tanh(std::nan(""))));
+}
+
+// situ_glu_rows (the fused loops) against the exact values (long double), forward and
+// backward, with beta = 4 and lb = 25 (so g / beta and beta t are exact). Bounds, in the
+// accumulation type's u (fp32 for bf16), with fixed_tanh within 10u (above) and fixed_exp
+// within 2 ulp = 4u:
+//   y: tanh(g/4) 10u; sigma 6u (exp 4u passed through 1 + e^-g with a factor <= 1, the sum and
+//      the division u each); (4t) s u; u/25 u, through tanh's condition number <= 1; tanh
+//      10u; 25 tu u; a b u: 30u relative, taken as 32u.
+//   dg = dy b ((1 - t^2) s + (4t) (s (1 - s))): b carries 13u and dy b 14u; t^2 21u, so
+//      1 - t^2 is off by <= 22u (1 + t^2) absolute (its own rounding included); times s
+//      (6u): 30u (1 + t^2) s; s (1 - s) within 14u s, times 4t (10u): 25u 4|t| s; the sum
+//      u more: <= 31u M, M = (1 + t^2) s + 4|t| s (>= the derivative's size); times dy b:
+//      <= 46u |dy b| M, taken as 48u.
+//   du = dy a (1 - tu^2): a carries 17u and dy a 18u; tu 13u, 1 - tu^2 off by <= 28u
+//      (1 + tu^2): <= 47u |dy a| (1 + tu^2), taken as 48u.
+// bf16 adds one rounding of the result: (k u_fp32 + u_bf16) (1 + u_bf16) of the same sizes.
+class SituGluRows : public ::testing::TestWithParam<at::ScalarType> {};
+
+TEST_P(SituGluRows, ForwardAndBackwardMatchExact) {
+  const auto dt = GetParam();
+  const int64_t N = 9, H = 40;
+  auto gen = at::detail::createCPUGenerator(37);
+  // As SituGlu: the gate's tanh saturates at |g| >> 4, the up half stays mostly linear.
+  auto gate = 6.0 * at::randn({N, H}, gen, f64()), up = 20.0 * at::randn({N, H}, gen, f64());
+  auto gu = at::cat({gate, up}, -1).to(dt).requires_grad_(true);
+  auto dy = at::randn({N, H}, gen, f64()).to(dt);
+  auto y = k::situ_glu_rows(gu, 4.0, 25.0);
+  ASSERT_EQ(y.scalar_type(), dt);
+  ASSERT_EQ(y.sizes(), (at::IntArrayRef{N, H}));
+  y.backward(dy);
+  const double ua = dt == at::kDouble ? kU64 : kU32;
+  const double us = dt == at::kBFloat16 ? kUbf16 : 0.0;
+  const double rel_y = (32 * ua + us) * (1 + us), rel_d = (48 * ua + us) * (1 + us);
+  auto G = gu.detach().to(at::kDouble).contiguous(), D = dy.to(at::kDouble).contiguous();
+  auto Y = y.detach().to(at::kDouble).contiguous();
+  auto dG = gu.grad().to(at::kDouble).contiguous();
+  int64_t wrong_y = 0, wrong_dg = 0, wrong_du = 0;
+  double worst[3] = {0, 0, 0};  // error / bound of y, d gate, d up
+  const auto note = [&](int i, long double err, long double bound) {
+    if (bound > 0) worst[i] = std::max(worst[i], double(err / bound));
+    return err > bound;
+  };
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t h = 0; h < H; ++h) {
+      using LD = long double;
+      const LD g = G[n][h].item<double>(), u = G[n][H + h].item<double>();
+      const LD d = D[n][h].item<double>();
+      const LD t = std::tanh(g / 4), s = 1 / (1 + std::exp(-g)), tu = std::tanh(u / 25);
+      const LD a = 4 * t * s, b = 25 * tu;
+      const LD y_ref = a * b;
+      const LD dg_ref = d * b * ((1 - t * t) * s + 4 * t * s * (1 - s));
+      const LD du_ref = d * a * (1 - tu * tu);
+      const LD M = (1 + t * t) * s + 4 * std::fabs(t) * s;
+      wrong_y += note(0, std::fabs(Y[n][h].item<double>() - y_ref), rel_y * std::fabs(y_ref));
+      wrong_dg += note(1, std::fabs(dG[n][h].item<double>() - dg_ref), rel_d * std::fabs(d * b) * M);
+      wrong_du += note(2, std::fabs(dG[n][H + h].item<double>() - du_ref),
+                       rel_d * std::fabs(d * a) * (1 + tu * tu));
+    }
+  std::cout << "[ observed ] situ_glu_rows " << dtype_name(dt) << ": worst error / bound: y "
+            << worst[0] << ", d gate " << worst[1] << ", d up " << worst[2] << "\n";
+  EXPECT_EQ(wrong_y, 0) << "y: #wrong of " << N * H;
+  EXPECT_EQ(wrong_dg, 0) << "d gate: #wrong of " << N * H;
+  EXPECT_EQ(wrong_du, 0) << "d up: #wrong of " << N * H;
+}
+
+// Against the readable form (situ_glu of the two halves, its gradients by autograd): both
+// within their bounds of the exact values (SituGlu: gamma_12; above: 32u), so within the sum
+// of the two of each other, relative to |y|: the forward within (44u_acc + 2 u_s)(1 + u_s).
+// The gradients' readable bound is not derived, so they are checked against exact above.
+TEST_P(SituGluRows, ForwardMatchesTheReadableForm) {
+  const auto dt = GetParam();
+  auto gen = at::detail::createCPUGenerator(38);
+  auto gu = at::cat({6.0 * at::randn({2, 7, 24}, gen, f64()),
+                     20.0 * at::randn({2, 7, 24}, gen, f64())}, -1).to(dt);
+  auto fused = k::situ_glu_rows(gu, 4.0, 25.0).to(at::kDouble);
+  auto readable = k::situ_glu(gu.narrow(-1, 0, 24), gu.narrow(-1, 24, 24), 4.0, 25.0);
+  ASSERT_EQ(readable.sizes(), fused.sizes());
+  const double ua = dt == at::kDouble ? kU64 : kU32;
+  const double us = dt == at::kBFloat16 ? kUbf16 : 0.0;
+  const double rel = (44 * ua + 2 * us) * (1 + us);
+  auto diff = (fused - readable.to(at::kDouble)).abs();
+  auto bound = rel * readable.to(at::kDouble).abs();
+  EXPECT_LE((diff - bound).max().item<double>(), 0.0);
+  EXPECT_FALSE(fused.isnan().any().item<bool>());
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, SituGluRows,
+                         ::testing::Values(at::kFloat, at::kBFloat16, at::kDouble),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// Bitwise: the fused loops' output and gradient do not depend on the thread count (each row
+// one loop iteration), and a NaN in one element comes out as NaN there, not as a number.
+class SituGluRowsThreadsBitwise : public ::testing::TestWithParam<at::ScalarType> {};
+
+TEST_P(SituGluRowsThreadsBitwise, ThreadCountFree) {
+  const auto dt = GetParam();
+  auto gen = at::detail::createCPUGenerator(39);
+  auto gu = (4.0 * at::randn({600, 256}, gen, f64())).to(dt);
+  auto dy = at::randn({600, 128}, gen, f64()).to(dt);
+  auto run = [&] {
+    auto x = gu.clone().requires_grad_(true);
+    auto y = k::situ_glu_rows(x, 4.0, 25.0);
+    y.backward(dy);
+    return std::vector<at::Tensor>{y.detach(), x.grad()};
+  };
+  expect_thread_count_free(run);
+  auto poisoned = gu.clone();
+  poisoned[3][5] = std::nan("");
+  auto y = k::situ_glu_rows(poisoned, 4.0, 25.0);
+  EXPECT_TRUE(y[3][5].isnan().item<bool>());
+  EXPECT_EQ(y.isnan().sum().item<int64_t>(), 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, SituGluRowsThreadsBitwise,
+                         ::testing::Values(at::kFloat, at::kBFloat16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 // Bound, relative per element against x / sqrt(sum x^2 + eps), eps 1e-6: the sum of D

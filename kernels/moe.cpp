@@ -107,23 +107,13 @@ at::Tensor moe(const at::Tensor& x, const MoeWeights& w, const MoeBuffers& b,
   auto zs = z.index_select(0, token_of);                                 // [N*K, L]
   auto counts = at::bincount(expert_of_pair, {}, E).to(at::kCPU);
   // Each expert's w13 on its rows, SiTU-GLU once over all rows (element-wise, so the
-  // same per row as per expert, in a few ops instead of a few per expert), each w2. The
-  // rows and weights are split once (one backward node each, instead of a slice, a select
-  // and a full-size zero gradient per expert); each product is a project().
+  // same per row as per expert), each expert's w2: grouped products, each group's bits
+  // those of project() on its rows, all experts in one parallel region.
   const std::vector<int64_t> cnt(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + E);
   const int64_t H = w.w13.size(2);
-  const auto w13_e = w.w13.reshape({E, 2 * H, -1}).unbind(0);  // [2H,L] each
-  const auto w2_e = w.w2.unbind(0);                            // [L,H] each
-  const auto zs_parts = zs.split_with_sizes(cnt);
-  std::vector<at::Tensor> gus, outs;
-  for (int64_t e = 0; e < E; ++e)
-    if (cnt[e] > 0) gus.push_back(project(zs_parts[e], w13_e[e]));
-  auto gu = at::cat(gus, 0);                                             // [N*K, 2H]
+  auto gu = grouped_project(zs, w.w13.reshape({E, 2 * H, -1}), cnt);     // [N*K, 2H]
   auto act = situ_glu_rows(gu, c.situ_beta, c.situ_linear_beta);         // [N*K, H]
-  const auto act_parts = act.split_with_sizes(cnt);
-  for (int64_t e = 0; e < E; ++e)
-    if (cnt[e] > 0) outs.push_back(project(act_parts[e], w2_e[e]));
-  auto ys = at::cat(outs, 0);                                            // expert-sorted rows
+  auto ys = grouped_project(act, w.w2, cnt);                             // expert-sorted rows
   auto w_sorted = weights.reshape({-1}).index_select(0, order);
   auto rows = (ys.to(acc) * w_sorted.unsqueeze(-1)).to(stream);         // weighted, cast back
 

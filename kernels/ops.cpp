@@ -83,21 +83,39 @@ gemm::View transposed(const at::Tensor& t) {
   return {t.data_ptr<float>(), t.stride(1), t.stride(0)};
 }
 
-// C [M,N] = A [M,K] B [K,N] with gemm::multiply, the columns split between the intra-op
-// threads in whole panels (each element's chain stays on one thread, so the split changes
-// no bits).
+// One product of a group: C [M,N] (row stride ldc) = A [M,K] B [K,N].
+struct Product {
+  int64_t M, K;
+  gemm::View A, B;
+  float* C;
+};
+
+// Every product of `group` (each of N columns) with gemm::multiply, the (product, column
+// panel) pairs split between the intra-op threads: each element's chain stays on one thread,
+// so the split changes no bits. About a million multiply-adds a task, on the mean M K.
+void multiply_all(gemm::Isa isa, const std::vector<Product>& group, int64_t N, int64_t ldc) {
+  const int64_t G = static_cast<int64_t>(group.size());
+  if (G == 0) return;
+  int64_t work = 0;
+  for (const auto& p : group) work += p.M * p.K;
+  const int64_t panels = (N + gemm::kColumnAlign - 1) / gemm::kColumnAlign;
+  const int64_t per_task = std::max<int64_t>(1, work / G * gemm::kColumnAlign);
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 20) / per_task);
+  parallel_for(0, G * panels, grain, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const auto& p = group[t / panels];
+      const int64_t j0 = t % panels * gemm::kColumnAlign;
+      gemm::multiply(isa, p.M, N, p.K, p.A, p.B, p.C, ldc, j0,
+                     std::min(N, j0 + gemm::kColumnAlign));
+    }
+  });
+}
+
+// C [M,N] = A [M,K] B [K,N] with gemm::multiply (multiply_all of one product).
 at::Tensor gemm_product(gemm::Isa isa, int64_t M, int64_t N, int64_t K, gemm::View A,
                         gemm::View B, const at::TensorOptions& options) {
   auto c = at::empty({M, N}, options);
-  float* C = c.data_ptr<float>();
-  const int64_t panels = (N + gemm::kColumnAlign - 1) / gemm::kColumnAlign;
-  // At least about a million multiply-adds per task.
-  const int64_t grain =
-      std::max<int64_t>(1, (int64_t{1} << 20) / std::max<int64_t>(1, M * K * gemm::kColumnAlign));
-  parallel_for(0, panels, grain, [&](int64_t p0, int64_t p1) {
-    gemm::multiply(isa, M, N, K, A, B, C, N, p0 * gemm::kColumnAlign,
-                   std::min(N, p1 * gemm::kColumnAlign));
-  });
+  multiply_all(isa, {{M, K, A, B, c.data_ptr<float>()}}, N, N);
   return c;
 }
 
@@ -134,10 +152,6 @@ struct ProjectFunction : torch::autograd::Function<ProjectFunction> {
   }
 };
 
-}  // namespace
-
-namespace {
-
 // The element offset of each matrix of t's leading dims (all but the last two), in row-major
 // order of their indices.
 std::vector<int64_t> matrix_offsets(const at::Tensor& t) {
@@ -159,24 +173,17 @@ gemm::View matrix_view(const at::Tensor& t, int64_t offset, bool transpose) {
   return {t.data_ptr<float>() + offset, transpose ? cs : rs, transpose ? rs : cs};
 }
 
-// C[g] = A[g] B[g] for the G = a_offsets.size() matrices, C contiguous [G, M, N]: the
-// (matrix, column panel) pairs split between the intra-op threads, each product as in
-// gemm_product (the split changes no bits).
+// C[g] = A[g] B[g] for the G = a_offsets.size() matrices, C contiguous [G, M, N]
+// (multiply_all).
 void batched_product(gemm::Isa isa, int64_t M, int64_t N, int64_t K, const at::Tensor& a,
                      const std::vector<int64_t>& a_off, bool a_t, const at::Tensor& b,
                      const std::vector<int64_t>& b_off, bool b_t, float* C) {
-  const int64_t G = static_cast<int64_t>(a_off.size());
-  const int64_t panels = (N + gemm::kColumnAlign - 1) / gemm::kColumnAlign;
-  const int64_t grain =
-      std::max<int64_t>(1, (int64_t{1} << 20) / std::max<int64_t>(1, M * K * gemm::kColumnAlign));
-  parallel_for(0, G * panels, grain, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t g = t / panels, p = t % panels;
-      gemm::multiply(isa, M, N, K, matrix_view(a, a_off[g], a_t), matrix_view(b, b_off[g], b_t),
-                     C + g * M * N, N, p * gemm::kColumnAlign,
-                     std::min(N, (p + 1) * gemm::kColumnAlign));
-    }
-  });
+  std::vector<Product> group;
+  group.reserve(a_off.size());
+  for (size_t g = 0; g < a_off.size(); ++g)
+    group.push_back({M, K, matrix_view(a, a_off[g], a_t), matrix_view(b, b_off[g], b_t),
+                     C + static_cast<int64_t>(g) * M * N});
+  multiply_all(isa, group, N, N);
 }
 
 // batched_project() in fp32 on CPU: y[g] = x[g] w[g]^T, dx[g] = dy[g] w[g] and
@@ -218,7 +225,98 @@ struct BatchedProjectFunction : torch::autograd::Function<BatchedProjectFunction
   }
 };
 
+// The first row of each group of rows, and the total: starts[e] = counts[0] + .. + counts[e-1].
+std::vector<int64_t> group_starts(const std::vector<int64_t>& counts) {
+  std::vector<int64_t> starts(counts.size() + 1, 0);
+  for (size_t e = 0; e < counts.size(); ++e) starts[e + 1] = starts[e] + counts[e];
+  return starts;
+}
+
+// grouped_project() in fp32 on CPU: group e's rows of y = x_e w[e]^T, of dx = dy_e w[e], and
+// dw[e] = dy_e^T x_e, each with gemm::multiply; every group's products in one multiply_all.
+struct GroupedProjectFunction : torch::autograd::Function<GroupedProjectFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x_in,
+                            const at::Tensor& w_in, std::vector<int64_t> counts, int64_t isa) {
+    auto x = x_in.contiguous(), w = w_in.contiguous();
+    const int64_t O = w.size(1), I = w.size(2);
+    const auto starts = group_starts(counts);
+    auto y = at::empty({x.size(0), O}, x.options());
+    const float *xp = x.data_ptr<float>(), *wp = w.data_ptr<float>();
+    std::vector<Product> group;
+    for (size_t e = 0; e < counts.size(); ++e)
+      if (counts[e] > 0)
+        group.push_back({counts[e], I, {xp + starts[e] * I, I, 1},
+                         {wp + int64_t(e) * O * I, 1, I}, y.data_ptr<float>() + starts[e] * O});
+    multiply_all(gemm::Isa(isa), group, O, O);
+    ctx->save_for_backward({x, w});
+    ctx->saved_data["isa"] = isa;
+    ctx->saved_data["counts"] = counts;
+    return y;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &x = saved[0], &w = saved[1];
+    const auto isa = gemm::Isa(ctx->saved_data["isa"].toInt());
+    const auto counts = ctx->saved_data["counts"].toIntVector();
+    const auto starts = group_starts(counts);
+    const int64_t O = w.size(1), I = w.size(2);
+    auto dy = grads[0].contiguous();
+    const float *xp = x.data_ptr<float>(), *wp = w.data_ptr<float>(), *dyp = dy.data_ptr<float>();
+    at::Tensor dx, dw;
+    if (ctx->needs_input_grad(0)) {
+      dx = at::empty(x.sizes(), x.options());
+      std::vector<Product> group;
+      for (size_t e = 0; e < counts.size(); ++e)
+        if (counts[e] > 0)
+          group.push_back({counts[e], O, {dyp + starts[e] * O, O, 1},
+                           {wp + int64_t(e) * O * I, I, 1}, dx.data_ptr<float>() + starts[e] * I});
+      multiply_all(isa, group, I, I);
+    }
+    if (ctx->needs_input_grad(1)) {
+      // A group without rows has K = 0: its dw[e] becomes +0, as a zero gradient would be.
+      dw = at::empty(w.sizes(), w.options());
+      std::vector<Product> group;
+      for (size_t e = 0; e < counts.size(); ++e)
+        group.push_back({O, counts[e], {dyp + starts[e] * O, 1, O}, {xp + starts[e] * I, I, 1},
+                         dw.data_ptr<float>() + int64_t(e) * O * I});
+      multiply_all(isa, group, I, I);
+    }
+    return {dx, dw, at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
+
+at::Tensor grouped_project(const at::Tensor& x, const at::Tensor& w,
+                           const std::vector<int64_t>& counts) {
+  TORCH_CHECK(x.dim() == 2 && w.dim() == 3 && x.size(1) == w.size(2),
+              "grouped_project: x [R, I] and w [E, O, I]; got ", x.sizes(), " and ", w.sizes());
+  TORCH_CHECK(static_cast<int64_t>(counts.size()) == w.size(0),
+              "grouped_project: one row count per group: ", counts.size(), " for ", w.size(0),
+              " groups");
+  int64_t rows = 0;
+  for (int64_t c : counts) {
+    TORCH_CHECK(c >= 0 && c <= x.size(0) - rows, "grouped_project: the row counts must be "
+                "non-negative and sum to x's ", x.size(0), " rows");
+    rows += c;
+  }
+  TORCH_CHECK(rows == x.size(0), "grouped_project: the row counts sum to ", rows, ", not to x's ",
+              x.size(0), " rows");
+  const bool ours = x.is_cpu() && w.is_cpu() && x.scalar_type() == at::kFloat &&
+                    w.scalar_type() == at::kFloat && x.numel() > 0 && w.numel() > 0;
+  if (ours)
+    if (const auto isa = gemm::chosen_isa())
+      return GroupedProjectFunction::apply(x, w, counts, int64_t(*isa));
+  // The readable form: each group's rows through project(), concatenated.
+  const auto parts = x.split_with_sizes(counts);
+  std::vector<at::Tensor> ys;
+  for (size_t e = 0; e < counts.size(); ++e)
+    if (counts[e] > 0) ys.push_back(project(parts[e], w[int64_t(e)]));
+  if (ys.empty()) return at::empty({0, w.size(1)}, x.options());
+  return at::cat(ys, 0);
+}
 
 at::Tensor batched_project(const at::Tensor& x, const at::Tensor& w) {
   const bool ours = x.is_cpu() && w.is_cpu() && x.scalar_type() == at::kFloat &&

@@ -5,6 +5,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <vector>
+
 namespace parity::kernels {
 
 // y = w * (x * rsqrt(mean(x^2, -1) + eps)). The statistics and the normalisation run in acc;
@@ -27,6 +29,14 @@ at::Tensor project(const at::Tensor& x_sI, const at::Tensor& w_OI);
 // product is parity's, as project()'s; elsewhere at::matmul(x, w^T). Attention's products:
 // scores = q k^T is batched_project(q, k), probs v is batched_project(probs, v^T).
 at::Tensor batched_project(const at::Tensor& x_GMI, const at::Tensor& w_GOI);
+
+// project() on rows grouped by expert: rows [s_e, s_e + counts[e]) of x, s_e the sum of the
+// counts before e, times w[e]^T. x_RI, w_EOI, counts (E of them, summing to R) -> y_RO. Each
+// group's product is project()'s on its rows, the same bits; in fp32 on CPU all groups run in
+// one parallel region (the routed experts' small products split between the threads); elsewhere
+// project() per group.
+at::Tensor grouped_project(const at::Tensor& x_RI, const at::Tensor& w_EOI,
+                           const std::vector<int64_t>& counts);
 
 // SiTU-GLU (models/common/activation.SiTUGLU), in acc, cast back to gate's dtype:
 //   (beta tanh(g / beta) sigmoid(g)) * (linear_beta tanh(u / linear_beta)).

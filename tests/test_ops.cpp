@@ -844,6 +844,81 @@ TEST(GemmBitwise, BatchedProjectIsTheChainOfEachMatrix) {
   for (int t = 0; t < 3; ++t) EXPECT_TRUE(at::equal(one[t], two[t])) << "output " << t;
 }
 
+// grouped_project() in fp32 on CPU: each group's rows of y, of dx, and each group's dw, the
+// chain of its definition on the group's rows (a group without rows: dw[e] = +0 and no rows);
+// equal, bitwise, to project() on each group's rows (its readable form); and one thread or two
+// give the same bits (the (group, panel) pairs split between them).
+TEST(GemmBitwise, GroupedProjectIsTheChainOfEachGroup) {
+  if (!parity::kernels::gemm::chosen_isa()) GTEST_SKIP() << "PARITY_GEMM=aten";
+  // O = 400: 13 column panels a group. The forward's 39 (group, panel) pairs exceed its grain
+  // (2^20 / (32 x the mean M K, 96 x 45 / 3) = 22), dx's 6 its 2 and dw's 8 its 3: two
+  // threads split each.
+  const std::vector<int64_t> counts{30, 0, 41, 25};
+  const int64_t R = 96, I = 45, O = 400, E = 4;
+  auto gen = at::detail::createCPUGenerator(9);
+  auto x_base = at::randn({R, I}, gen), w_base = at::randn({E, O, I}, gen);
+  auto dy = at::randn({R, O}, gen);
+  auto run = [&](int threads, bool readable) {
+    at::set_num_threads(threads);
+    auto x = x_base.clone().requires_grad_(true), w = w_base.clone().requires_grad_(true);
+    at::Tensor y;
+    if (readable) {
+      const auto parts = x.split_with_sizes(counts);
+      std::vector<at::Tensor> ys;
+      for (int64_t e = 0; e < E; ++e)
+        if (counts[e] > 0) ys.push_back(k::project(parts[e], w[e]));
+      y = at::cat(ys, 0);
+    } else {
+      y = k::grouped_project(x, w, counts);
+    }
+    y.backward(dy);
+    at::set_num_threads(1);
+    return std::vector<at::Tensor>{y.detach().clone(), x.grad().clone(), w.grad().clone()};
+  };
+  const auto one = run(1, false), two = run(2, false), readable = run(1, true);
+  auto chain = [](const at::Tensor& a, const at::Tensor& b, int64_t i, int64_t j) {
+    float c = 0.0f;  // a [., K], b [K, .]
+    for (int64_t kk = 0; kk < a.size(1); ++kk)
+      c = std::fma(a[i][kk].item<float>(), b[kk][j].item<float>(), c);
+    return c;
+  };
+  int64_t bad_y = 0, bad_dx = 0, bad_dw = 0, checked = 0, start = 0;
+  for (int64_t e = 0; e < E; start += counts[e], ++e) {
+    const auto w = w_base[e], dw = one[2][e];
+    if (counts[e] == 0) {
+      EXPECT_TRUE(at::equal(dw, at::zeros_like(dw))) << "dw of the empty group " << e;
+      EXPECT_FALSE(dw.signbit().any().item<bool>()) << "dw of the empty group " << e << " is +0";
+      continue;
+    }
+    const auto x = x_base.narrow(0, start, counts[e]), d = dy.narrow(0, start, counts[e]);
+    const auto y = one[0].narrow(0, start, counts[e]), dx = one[1].narrow(0, start, counts[e]);
+    for (int64_t m = e; m < counts[e]; m += 5)
+      for (int64_t o = e; o < O; o += 9, ++checked)
+        bad_y += !same_bits(y[m][o].item<float>(), chain(x, w.t(), m, o));
+    for (int64_t m = e; m < counts[e]; m += 5)
+      for (int64_t i = e; i < I; i += 8) bad_dx += !same_bits(dx[m][i].item<float>(), chain(d, w, m, i));
+    for (int64_t o = e; o < O; o += 9)
+      for (int64_t i = e; i < I; i += 8) bad_dw += !same_bits(dw[o][i].item<float>(), chain(d.t(), x, o, i));
+  }
+  EXPECT_GT(checked, 100);
+  EXPECT_EQ(bad_y, 0) << "y";
+  EXPECT_EQ(bad_dx, 0) << "dx";
+  EXPECT_EQ(bad_dw, 0) << "dw";
+  for (int t = 0; t < 3; ++t) {
+    EXPECT_TRUE(at::equal(one[t], two[t])) << "output " << t << ": 1 vs 2 threads";
+    EXPECT_TRUE(at::equal(one[t], readable[t])) << "output " << t << ": vs project() per group";
+  }
+}
+
+// grouped_project() refuses counts that do not cover x's rows, naming them.
+TEST(GroupedProject, RejectsCountsThatDoNotSumToTheRows) {
+  auto x = at::zeros({5, 3}), w = at::zeros({2, 4, 3});
+  EXPECT_THROW(k::grouped_project(x, w, {2, 2}), c10::Error);
+  EXPECT_THROW(k::grouped_project(x, w, {6, -1}), c10::Error);
+  EXPECT_THROW(k::grouped_project(x, w, {5}), c10::Error);
+  EXPECT_EQ(k::grouped_project(x, w, {5, 0}).sizes(), (at::IntArrayRef{5, 4}));
+}
+
 // The product against fp64, on every instruction set here. Bound: a sequential chain of K
 // fused multiply-adds rounds once per step, so |c - a.b| <= gamma_K sum_k |a_k b_k| with
 // gamma_K = K u / (1 - K u), u = 2^-24 (each partial sum's error compounds at most K times).

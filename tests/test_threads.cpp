@@ -8,10 +8,16 @@
 // (the product's column panels, KDA's heads, the AttnRes read's tokens, AdamW's elements), as
 // tiny's 16 tokens would not. Its first 5 layers hold every kind the model has (the dense FFN,
 // KDA and MLA, the MoE, a block boundary at layer 4), enough for a pp2 x vp2 pipeline.
+//
+// And a scan of the sources: no loop splits through anything but kernels::parallel_for.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "kernels/config.h"
 #include "kernels/params.h"
@@ -57,16 +63,45 @@ TEST_P(ThreadCount, ReferenceStepsAreBitwiseOnOneAndTwoThreads) {
 }
 
 TEST_P(ThreadCount, PipelinedPp2Vp2StepsAreBitwiseOnOneAndTwoThreads) {
-  pipelined::PipelineConfig pc;
-  pc.pp = 2;
-  pc.vp = 2;
-  pc.schedule = pipelined::ScheduleKind::Interleaved1F1B;
-  pc.cache = true;
+  const auto pc = testing::interleaved(2, 2, /*cache=*/true);
   const auto one = testing::pipelined_run(config(GetParam(), 1), pc, init(), rows());
   const auto two = testing::pipelined_run(config(GetParam(), 2), pc, init(), rows());
   kernels::pin_threads(1);
   testing::expect_steps_move(one);
   testing::expect_bitwise(one, two, init().names(), 2, "pp2xvp2 cache on, 1 vs 2 threads");
+}
+
+// Every loop of parity splits through kernels::parallel_for: ATen's at::parallel_for, called
+// from any other file, would run on one thread there (kernels/threads.h says why) and go
+// unnoticed, as it did once in every loop kernel. The project's sources call it only in
+// kernels/threads.cpp, and no file but that one carries an OpenMP pragma. (The needles are
+// spelt in two parts so that this file does not match itself.)
+TEST(ThreadSplit, OnlyKernelsThreadsCallsAtenParallelFor) {
+  namespace fs = std::filesystem;
+  const fs::path root = PARITY_SOURCE_DIR;
+  const std::string call = std::string("at::parallel") + "_for(";
+  const std::string pragma = std::string("#pragma ") + "omp";
+  std::vector<std::string> found;
+  int files = 0;
+  for (const auto& top : fs::directory_iterator(root)) {
+    const auto name = top.path().filename().string();
+    if (!top.is_directory() || name.empty() || name[0] == '.' || name.rfind("build", 0) == 0)
+      continue;
+    for (const auto& e : fs::recursive_directory_iterator(top.path())) {
+      const auto ext = e.path().extension();
+      if (!e.is_regular_file() || (ext != ".cpp" && ext != ".h")) continue;
+      ++files;
+      std::ifstream in(e.path());
+      std::stringstream text;
+      text << in.rdbuf();
+      const auto rel = fs::relative(e.path(), root).generic_string();
+      for (const auto& needle : {call, pragma})
+        if (text.str().find(needle) != std::string::npos) found.push_back(rel + ": " + needle);
+    }
+  }
+  EXPECT_GT(files, 200) << "the scan did not see the project's sources under " << root;
+  const std::vector<std::string> allowed{"kernels/threads.cpp: " + call};
+  EXPECT_EQ(found, allowed);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, ThreadCount, ::testing::Values(Precision::FP32, Precision::BF16),

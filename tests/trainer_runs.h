@@ -51,14 +51,17 @@ inline Run reference_run(const kernels::TrainConfig& cfg, const kernels::NamedTe
   return c.run;
 }
 
-inline pipelined::PipelineConfig pp4vp4(bool cache) {
+// pp ranks x vp virtual stages under Interleaved1F1B, the block-stack cache on or off.
+inline pipelined::PipelineConfig interleaved(int pp, int vp, bool cache) {
   pipelined::PipelineConfig pc;
-  pc.pp = 4;
-  pc.vp = 4;
+  pc.pp = pp;
+  pc.vp = vp;
   pc.schedule = pipelined::ScheduleKind::Interleaved1F1B;
   pc.cache = cache;
   return pc;
 }
+
+inline pipelined::PipelineConfig pp4vp4(bool cache) { return interleaved(4, 4, cache); }
 
 inline Run pipelined_run(const kernels::TrainConfig& cfg, const pipelined::PipelineConfig& pc,
                          const kernels::NamedTensors& init, const datasets::TokenRows& rows) {

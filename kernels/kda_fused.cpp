@@ -80,6 +80,36 @@ PARITY_INLINE Vec<E> lane_sums(const E* parts) {
   return x[0];
 }
 
+// A W x W block held as W row vectors, transposed in place. Level S swaps bit S of every
+// element's row index with bit S of its column index: for rows a (bit S clear) and b (the
+// row S further), the new a takes a's lane J where J has bit S clear and b's lane J - S
+// where it is set; the new b takes a's lane J + S, or b's lane J. All levels make the
+// transpose. Data movement only.
+template <int W, int S>
+constexpr int low_source(int j) {
+  return (j & S) != 0 ? W + j - S : j;
+}
+template <int W, int S>
+constexpr int high_source(int j) {
+  return (j & S) != 0 ? W + j : j + S;
+}
+template <class E, int S, size_t... P>
+PARITY_INLINE void transpose_level(Vec<E>* x, std::index_sequence<P...>) {
+  using Index = typename VecOf<E>::index;
+  constexpr int W = kLanes<E>;
+  for (int i = 0; i < W; ++i) {
+    if ((i & S) != 0) continue;
+    const Vec<E> a = x[i], b = x[i + S];
+    x[i] = __builtin_shuffle(a, b, Index{low_source<W, S>(P)...});
+    x[i + S] = __builtin_shuffle(a, b, Index{high_source<W, S>(P)...});
+  }
+  if constexpr (S > 1) transpose_level<E, S / 2>(x, std::index_sequence<P...>{});
+}
+template <class E>
+PARITY_INLINE void transpose(Vec<E>* rows) {
+  transpose_level<E, kLanes<E> / 2>(rows, std::make_index_sequence<kLanes<E>>{});
+}
+
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
 
@@ -204,9 +234,22 @@ PARITY_INLINE void backward_impl(const Shape& s, const E* q, const E* k, const E
       // The state entering the chunk, by columns; then S' of every token of the chunk,
       // recomputed with the forward's own operations (same bits).
       const E* st = states + n * Kp * Vp + j0;
-      // (Written by columns: the strided loads cost less than scattered stores would.)
-      for (int64_t jj = 0; jj < nc; ++jj)
-        for (int64_t i = 0; i < Kp; ++i) cur[jj * Kp + i] = st[i * Vp + jj];
+      // By W x W blocks, each transposed in registers. The columns past nc up to a whole
+      // vector are inside the saved buffer (its rows are Vp wide) and inside cur (VT is a
+      // multiple of W); nothing reads them.
+      for (int64_t jj = 0; jj < nc; jj += W)
+        for (int64_t i = 0; i < Kp; i += W) {
+          Vec<E> blk[W];
+          for (int x = 0; x < W; ++x) blk[x] = load(st + (i + x) * Vp + jj);
+          transpose<E>(blk);
+          for (int x = 0; x < W; ++x) store(&cur[(jj + x) * Kp + i], blk[x]);
+        }
+      // The states were written by the forward long before and are no longer in cache:
+      // ask for the next chunk's now, so that its reads above find them in L2.
+      if (n > 0)
+        for (int64_t i = 0; i < Kp; ++i)
+          for (int64_t jj = 0; jj < nc; jj += 64 / int64_t(sizeof(E)))
+            __builtin_prefetch(st - Kp * Vp + i * Vp + jj, 0, 2);
       for (int64_t t = t0; t < t1; ++t) {
         E* sp = &Sp[(t - t0) * VT * Kp];
         for (int64_t jj = 0; jj < nc; ++jj) {

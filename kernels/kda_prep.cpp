@@ -53,102 +53,139 @@ PARITY_INLINE void widen_taps(const ConvShape& s, const S* w, int64_t cb, Width<
     for (int64_t c = 0; c < n; ++c) wt[j * kTile + c] = widen<S>(w[(cb + c) * s.J + j]);
 }
 
-// One tile of channels [cb, cb + n).
-template <class S, int64_t N>
-PARITY_INLINE void conv_fwd_tile(const ConvShape& s, const S* x, const S* w, S* y, int64_t cb,
-                                 Width<N> n, Acc<S>* wt) {
-  using A = Acc<S>;
-  const int64_t T = s.T, C = s.C;
-  widen_taps(s, w, cb, n, wt);
-  for (int64_t b = 0; b < s.B; ++b)
-    for (int64_t t = 0; t < T; ++t) {
-      alignas(64) A acc[kTile];
-      conv_at(s, x, wt, cb, n, b, t, acc);
-      S* yr = y + (b * T + t) * C + cb;
-      if (s.silu)
-        for (int64_t c = 0; c < n; ++c) yr[c] = narrow<S>(silu_of(acc[c]));
-      else
-        for (int64_t c = 0; c < n; ++c) yr[c] = narrow<S>(acc[c]);
-    }
+// The loops below run tokens outermost and the caller's channels, tile by tile, inside:
+// each pass over a token reads whole rows of x, dy and dx in order (a tile-outer order
+// strides through them, one short run a row, and waits on memory). Every channel's
+// arithmetic is the same in either order.
+
+// The channel tiles of [c0, c1): f(tile, cb, width), width a Width<kTile> for whole tiles.
+template <class F>
+PARITY_INLINE void for_tiles(int64_t c0, int64_t c1, F&& f) {
+  for (int64_t cb = c0, tile = 0; cb < c1; cb += kTile, ++tile) {
+    if (c1 - cb >= kTile)
+      f(tile, cb, Width<kTile>{});
+    else
+      f(tile, cb, Width<0>{c1 - cb});
+  }
 }
 
-// One tile of channels [cb, cb + n). g: the gradient of the conv's output for the tile,
-// [B*T, kTile]: dy itself, or with silu dy silu'(c) = (dy sig) (1 + c (1 - sig)),
-// sig = 1 / (1 + e^-c), rounded to S, c recomputed (in acc, unrounded, as the forward).
+// y at token t of row b, for the tile at cb (its taps at wt).
 template <class S, int64_t N>
-PARITY_INLINE void conv_bwd_tile(const ConvShape& s, const S* x, const S* w, const S* dy, S* dx,
-                                 S* dw, int64_t cb, Width<N> n, Acc<S>* wt, Acc<S>* dwt,
-                                 Acc<S>* g) {
+PARITY_INLINE void conv_fwd_at(const ConvShape& s, const S* x, const Acc<S>* wt, S* y,
+                               int64_t cb, Width<N> n, int64_t b, int64_t t) {
+  alignas(64) Acc<S> acc[kTile];
+  conv_at(s, x, wt, cb, n, b, t, acc);
+  S* yr = y + (b * s.T + t) * s.C + cb;
+  if (s.silu)
+    for (int64_t c = 0; c < n; ++c) yr[c] = narrow<S>(silu_of(acc[c]));
+  else
+    for (int64_t c = 0; c < n; ++c) yr[c] = narrow<S>(acc[c]);
+}
+
+// g, the gradient of the conv's output at token t of row b for the tile at cb: dy itself,
+// or with silu dy silu'(c) = (dy sig) (1 + c (1 - sig)), sig = 1 / (1 + e^-c), rounded to
+// S, c recomputed (in acc, unrounded, as the forward).
+template <class S, int64_t N>
+PARITY_INLINE void conv_grad_at(const ConvShape& s, const S* x, const Acc<S>* wt, const S* dy,
+                                int64_t cb, Width<N> n, int64_t b, int64_t t, Acc<S>* gr) {
+  using A = Acc<S>;
+  const S* dyr = dy + (b * s.T + t) * s.C + cb;
+  if (!s.silu) {
+    for (int64_t c = 0; c < n; ++c) gr[c] = widen<S>(dyr[c]);
+    return;
+  }
+  alignas(64) A acc[kTile];
+  conv_at(s, x, wt, cb, n, b, t, acc);
+  for (int64_t c = 0; c < n; ++c) {
+    const A cv = acc[c], sig = logistic(cv);
+    gr[c] = round_trip<S>((widen<S>(dyr[c]) * sig) * (A(1) + cv * (A(1) - sig)));
+  }
+}
+
+// dx at token t of row b (the taps that read x_t, g at t + J - 1 - j, taps ascending) and
+// the tap gradient's terms of token t (g_t times the input each tap read), for the tile at
+// cb. g_of(u) is the tile's g at token u.
+template <class S, int64_t N, class G>
+PARITY_INLINE void conv_bwd_at(const ConvShape& s, const S* x, const Acc<S>* wt, S* dx,
+                               Acc<S>* dwt, int64_t cb, Width<N> n, int64_t b, int64_t t,
+                               const G& g_of) {
   using A = Acc<S>;
   const int64_t T = s.T, C = s.C, J = s.J;
-  widen_taps(s, w, cb, n, wt);
-  for (int64_t b = 0; b < s.B; ++b)
-    for (int64_t t = 0; t < T; ++t) {
-      const S* dyr = dy + (b * T + t) * C + cb;
-      A* gr = g + (b * T + t) * kTile;
-      if (!s.silu) {
-        for (int64_t c = 0; c < n; ++c) gr[c] = widen<S>(dyr[c]);
-        continue;
-      }
-      alignas(64) A acc[kTile];
-      conv_at(s, x, wt, cb, n, b, t, acc);
-      for (int64_t c = 0; c < n; ++c) {
-        const A cv = acc[c], sig = logistic(cv);
-        gr[c] = round_trip<S>((widen<S>(dyr[c]) * sig) * (A(1) + cv * (A(1) - sig)));
-      }
-    }
-  std::fill(dwt, dwt + J * kTile, A(0));
-  for (int64_t b = 0; b < s.B; ++b)
-    for (int64_t t = 0; t < T; ++t) {
-      // dx at token t: the taps that read x_t, g at t + J - 1 - j, taps ascending.
-      alignas(64) A acc[kTile] = {};
-      for (int64_t j = 0; j < J; ++j) {
-        const int64_t dst = t + J - 1 - j;
-        if (dst >= T) continue;
-        const A* gr = g + (b * T + dst) * kTile;
-        const A* wj = wt + j * kTile;
-        for (int64_t c = 0; c < n; ++c) acc[c] += wj[c] * gr[c];
-      }
-      S* dxr = dx + (b * T + t) * C + cb;
-      for (int64_t c = 0; c < n; ++c) dxr[c] = narrow<S>(acc[c]);
-      // dw: g_t times the input each tap read at t; rows, then tokens, ascending.
-      const A* gr = g + (b * T + t) * kTile;
-      for (int64_t j = 0; j < J; ++j) {
-        const int64_t src = t - J + 1 + j;
-        if (src < 0) continue;
-        const S* xr = x + (b * T + src) * C + cb;
-        A* dj = dwt + j * kTile;
-        for (int64_t c = 0; c < n; ++c) dj[c] += gr[c] * widen<S>(xr[c]);
-      }
-    }
-  for (int64_t j = 0; j < J; ++j)
-    for (int64_t c = 0; c < n; ++c) dw[(cb + c) * J + j] = narrow<S>(dwt[j * kTile + c]);
+  alignas(64) A acc[kTile] = {};
+  for (int64_t j = 0; j < J; ++j) {
+    const int64_t dst = t + J - 1 - j;
+    if (dst >= T) continue;
+    const A* gr = g_of(dst);
+    const A* wj = wt + j * kTile;
+    for (int64_t c = 0; c < n; ++c) acc[c] += wj[c] * gr[c];
+  }
+  S* dxr = dx + (b * T + t) * C + cb;
+  for (int64_t c = 0; c < n; ++c) dxr[c] = narrow<S>(acc[c]);
+  const A* gr = g_of(t);
+  for (int64_t j = 0; j < J; ++j) {
+    const int64_t src = t - J + 1 + j;
+    if (src < 0) continue;
+    const S* xr = x + (b * T + src) * C + cb;
+    A* dj = dwt + j * kTile;
+    for (int64_t c = 0; c < n; ++c) dj[c] += gr[c] * widen<S>(xr[c]);
+  }
 }
 
-// Tiles of kTile channels (a compile-time width, so the channel loops unroll), then the tail.
+// The taps of every tile of [c0, c1), tile-major: tile i's at wt + i * J * kTile.
+template <class S>
+PARITY_INLINE Scratch<Acc<S>> tile_taps(const ConvShape& s, const S* w, int64_t c0,
+                                        int64_t c1) {
+  Scratch<Acc<S>> wt((c1 - c0 + kTile - 1) / kTile * s.J * kTile);
+  for_tiles(c0, c1, [&](int64_t tile, int64_t cb, auto n) PARITY_INLINE_LAMBDA {
+    widen_taps(s, w, cb, n, &wt[tile * s.J * kTile]);
+  });
+  return wt;
+}
+
 template <class S>
 PARITY_INLINE void conv_fwd(const ConvShape& s, const S* x, const S* w, S* y, int64_t c0,
                             int64_t c1) {
-  Scratch<Acc<S>> wt(s.J * kTile);
-  for (int64_t cb = c0; cb < c1; cb += kTile) {
-    if (c1 - cb >= kTile)
-      conv_fwd_tile(s, x, w, y, cb, Width<kTile>{}, wt.data());
-    else
-      conv_fwd_tile(s, x, w, y, cb, Width<0>{c1 - cb}, wt.data());
-  }
+  const auto wt = tile_taps(s, w, c0, c1);
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t t = 0; t < s.T; ++t)
+      for_tiles(c0, c1, [&](int64_t tile, int64_t cb, auto n) PARITY_INLINE_LAMBDA {
+        conv_fwd_at(s, x, &wt[tile * s.J * kTile], y, cb, n, b, t);
+      });
 }
 
+// g is kept for the last J tokens only: a ring of J rows of every tile, token u in row
+// u mod J. dx at t reads g at t .. t + J - 1, so g at t + J - 1 is made just before (it
+// replaces t - 1's, which nothing reads again).
 template <class S>
 PARITY_INLINE void conv_bwd(const ConvShape& s, const S* x, const S* w, const S* dy, S* dx,
                             S* dw, int64_t c0, int64_t c1) {
-  Scratch<Acc<S>> wt(s.J * kTile), dwt(s.J * kTile), g(s.B * s.T * kTile);
-  for (int64_t cb = c0; cb < c1; cb += kTile) {
-    if (c1 - cb >= kTile)
-      conv_bwd_tile(s, x, w, dy, dx, dw, cb, Width<kTile>{}, wt.data(), dwt.data(), g.data());
-    else
-      conv_bwd_tile(s, x, w, dy, dx, dw, cb, Width<0>{c1 - cb}, wt.data(), dwt.data(),
-                    g.data());
+  using A = Acc<S>;
+  const int64_t T = s.T, J = s.J, tiles = (c1 - c0 + kTile - 1) / kTile;
+  const auto wt = tile_taps(s, w, c0, c1);
+  Scratch<A> dwt(tiles * J * kTile, A(0)), ring(J * tiles * kTile);
+  const auto ring_row = [&](int64_t u, int64_t tile) PARITY_INLINE_LAMBDA {
+    return &ring[(u % J * tiles + tile) * kTile];
+  };
+  const auto make_g = [&](int64_t b, int64_t u) PARITY_INLINE_LAMBDA {
+    for_tiles(c0, c1, [&](int64_t tile, int64_t cb, auto n) PARITY_INLINE_LAMBDA {
+      conv_grad_at(s, x, &wt[tile * J * kTile], dy, cb, n, b, u, ring_row(u, tile));
+    });
+  };
+  for (int64_t b = 0; b < s.B; ++b) {
+    for (int64_t u = 0; u < std::min(T, J - 1); ++u) make_g(b, u);
+    for (int64_t t = 0; t < T; ++t) {
+      if (t + J - 1 < T) make_g(b, t + J - 1);
+      for_tiles(c0, c1, [&](int64_t tile, int64_t cb, auto n) PARITY_INLINE_LAMBDA {
+        const auto g_of = [&](int64_t u) PARITY_INLINE_LAMBDA -> const A* { return ring_row(u, tile); };
+        conv_bwd_at(s, x, &wt[tile * J * kTile], dx, &dwt[tile * J * kTile], cb, n, b, t, g_of);
+      });
+    }
   }
+  for_tiles(c0, c1, [&](int64_t tile, int64_t cb, auto n) PARITY_INLINE_LAMBDA {
+    for (int64_t j = 0; j < J; ++j)
+      for (int64_t c = 0; c < n; ++c)
+        dw[(cb + c) * J + j] = narrow<S>(dwt[(tile * J + j) * kTile + c]);
+  });
 }
 
 template <class S>

@@ -24,6 +24,9 @@
 #define PARITY_CLONES
 #endif
 #define PARITY_INLINE inline __attribute__((always_inline))
+// The same for a lambda (written after its parameters): a lambda in a cloned function is a
+// function of its own, built for the default target unless it is inlined.
+#define PARITY_INLINE_LAMBDA __attribute__((always_inline))
 
 namespace parity::kernels::loop_elems {
 

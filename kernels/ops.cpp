@@ -90,27 +90,66 @@ struct Product {
   float* C;
 };
 
-// Every product of `group` (each of N columns) with gemm::multiply, the (product, column
-// panel) pairs split between the intra-op threads: each element's chain stays on one thread,
-// so the split changes no bits. About a million multiply-adds a task, on the mean M K. A
-// thread's consecutive panels of one product go to gemm::multiply in one call, which packs
-// each block of A once for all of them (a call per panel packed it per panel: the n = 1024
-// product ran at 150 GFLOP/s instead of 190).
+// Every product of `group` (each of N columns) with gemm::multiply, split between the
+// intra-op threads by (product, block of rows, column panel) tasks: each element's chain
+// stays on one task, so the split changes no bits. The threads get runs of consecutive tasks
+// of equal multiply-add counts (not equal task counts: the routed experts' products differ in
+// rows, and a product of one or three panels does not split evenly by panels). Rows are split
+// only as far as that balance needs, since each block of rows packs B again. A thread's
+// consecutive panels of one block of rows go to gemm::multiply in one call, which packs each
+// block of A once for all of them (a call per panel packed it per panel: the n = 1024
+// product ran at 150 GFLOP/s instead of 190). On one thread, or for less than a million
+// multiply-adds in all, each product is one call.
 void multiply_all(gemm::Isa isa, const std::vector<Product>& group, int64_t N, int64_t ldc) {
-  const int64_t G = static_cast<int64_t>(group.size());
-  if (G == 0) return;
+  constexpr int64_t kPanel = gemm::kColumnAlign, kRowAlign = 12;  // 12: both kernels' MR
+  const int64_t panels = (N + kPanel - 1) / kPanel, threads = parallel_threads();
   int64_t work = 0;
-  for (const auto& p : group) work += p.M * p.K;
-  const int64_t panels = (N + gemm::kColumnAlign - 1) / gemm::kColumnAlign;
-  const int64_t per_task = std::max<int64_t>(1, work / G * gemm::kColumnAlign);
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 20) / per_task);
-  parallel_for(0, G * panels, grain, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1;) {
-      const int64_t g = t / panels, end = std::min(t1, (g + 1) * panels);
-      const auto& p = group[g];
-      gemm::multiply(isa, p.M, N, p.K, p.A, p.B, p.C, ldc, (t - g * panels) * gemm::kColumnAlign,
-                     std::min(N, (end - g * panels) * gemm::kColumnAlign));
-      t = end;
+  for (const auto& p : group) work += p.M * p.K * N;
+  if (threads <= 1 || work < (int64_t{1} << 20)) {
+    for (const auto& p : group) gemm::multiply(isa, p.M, N, p.K, p.A, p.B, p.C, ldc, 0, N);
+    return;
+  }
+  struct Task {
+    int64_t g, r0, r1, panel;
+  };
+  std::vector<Task> tasks;
+  std::vector<int64_t> start;  // multiply-adds before each task, then the total
+  const int64_t cap = std::max<int64_t>(1, work / threads / 8);  // a task's largest share
+  int64_t done = 0;
+  for (int64_t g = 0; g < static_cast<int64_t>(group.size()); ++g) {
+    const auto& p = group[g];
+    if (p.M == 0) continue;
+    const int64_t row_work = std::max<int64_t>(1, kPanel * p.K);
+    const int64_t blocks = std::clamp<int64_t>((p.M * row_work + cap - 1) / cap, 1,
+                                               (p.M + kRowAlign - 1) / kRowAlign);
+    const int64_t rows = (p.M + blocks - 1) / blocks;
+    const int64_t step = (rows + kRowAlign - 1) / kRowAlign * kRowAlign;
+    for (int64_t r0 = 0; r0 < p.M; r0 += step)
+      for (int64_t q = 0; q < panels; ++q) {
+        tasks.push_back({g, r0, std::min(p.M, r0 + step), q});
+        start.push_back(done);
+        done += (tasks.back().r1 - r0) * std::min(kPanel, N - q * kPanel) * p.K;
+      }
+  }
+  start.push_back(done);
+  // Thread i runs the tasks that start in [i done / threads, (i + 1) done / threads).
+  std::vector<size_t> first(static_cast<size_t>(threads) + 1, tasks.size());
+  for (int64_t i = threads - 1; i >= 0; --i) {
+    const auto at = std::lower_bound(start.begin(), start.end() - 1,
+                                     (done / threads) * i + done % threads * i / threads);
+    first[static_cast<size_t>(i)] = static_cast<size_t>(at - start.begin());
+  }
+  parallel_for(0, threads, 1, [&](int64_t i0, int64_t i1) {
+    for (size_t t = first[static_cast<size_t>(i0)], end = first[static_cast<size_t>(i1)];
+         t < end;) {
+      const Task& a = tasks[t];
+      size_t u = t + 1;
+      while (u < end && tasks[u].g == a.g && tasks[u].r0 == a.r0) ++u;
+      const auto& p = group[static_cast<size_t>(a.g)];
+      const gemm::View A{p.A.p + a.r0 * p.A.rs, p.A.rs, p.A.cs};
+      gemm::multiply(isa, a.r1 - a.r0, N, p.K, A, p.B, p.C + a.r0 * ldc, ldc, a.panel * kPanel,
+                     std::min(N, (tasks[u - 1].panel + 1) * kPanel));
+      t = u;
     }
   });
 }

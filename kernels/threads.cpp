@@ -28,6 +28,8 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain,
   at::parallel_for(begin, end, grain, body);
 }
 
+int64_t parallel_threads() { return at::in_parallel_region() ? 1 : at::get_num_threads(); }
+
 void use_deterministic_cuda() {
   setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
   at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);

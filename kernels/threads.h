@@ -21,6 +21,10 @@ void pin_threads(int n);
 void parallel_for(int64_t begin, int64_t end, int64_t grain,
                   const std::function<void(int64_t, int64_t)>& body);
 
+// The threads a parallel_for called here would split between: the intra-op threads, or 1
+// inside a parallel loop.
+int64_t parallel_threads();
+
 // Deterministic algorithms on (an op without a deterministic CUDA kernel raises instead of
 // silently varying) and CUBLAS_WORKSPACE_CONFIG=:4096:8 unless the user set it. Call before
 // the first CUDA op of the process.

@@ -795,14 +795,56 @@ TEST(GemmBitwise, ProjectForwardAndBackwardAreTheChains) {
   for (int t = 0; t < 3; ++t) EXPECT_TRUE(at::equal(one[t], two[t])) << "output " << t;
 }
 
+// A product too narrow to split by column panels (20 columns: one panel) is split between
+// threads by blocks of rows instead: y = x w^T with x [2000, 64] is 2.6M multiply-adds, so two
+// threads split it, and with one panel only rows can be split. Its dx (two panels) and dw (20
+// rows: blocks of 12 and 8) too. Every element is still the chain of its definition, and one
+// thread or two give the same bits.
+TEST(GemmBitwise, ProjectSplitsTheRowsOfANarrowProduct) {
+  if (!parity::kernels::gemm::chosen_isa()) GTEST_SKIP() << "PARITY_GEMM=aten";
+  const int64_t M = 2000, I = 64, O = 20;
+  auto gen = at::detail::createCPUGenerator(17);
+  auto x_base = at::randn({M, I}, gen), w_base = at::randn({O, I}, gen);
+  auto dy = at::randn({M, O}, gen);
+  auto run = [&](int threads) {
+    at::set_num_threads(threads);
+    auto x = x_base.clone().requires_grad_(true), w = w_base.clone().requires_grad_(true);
+    auto y = k::project(x, w);
+    y.backward(dy);
+    at::set_num_threads(1);
+    return std::vector<at::Tensor>{y.detach().clone(), x.grad().clone(), w.grad().clone()};
+  };
+  const auto one = run(1), two = run(2);
+  auto chain = [](const at::Tensor& a, const at::Tensor& b, int64_t i, int64_t j) {
+    float c = 0.0f;  // a [., K], b [K, .]
+    for (int64_t kk = 0; kk < a.size(1); ++kk)
+      c = std::fma(a[i][kk].item<float>(), b[kk][j].item<float>(), c);
+    return c;
+  };
+  for (int t = 0; t < 3; ++t) EXPECT_TRUE(at::equal(one[t], two[t])) << "output " << t;
+  const auto W = w_base, X = x_base;
+  int64_t bad = 0;
+  for (int64_t m = 3; m < M; m += 97)  // rows of many blocks, both threads' shares
+    for (int64_t o = 0; o < O; o += 3) bad += !same_bits(two[0][m][o].item<float>(), chain(X, W.t(), m, o));
+  EXPECT_EQ(bad, 0) << "y";
+  bad = 0;
+  for (int64_t m = 5; m < M; m += 101)
+    for (int64_t i = 0; i < I; i += 7) bad += !same_bits(two[1][m][i].item<float>(), chain(dy, W, m, i));
+  EXPECT_EQ(bad, 0) << "dx";
+  bad = 0;
+  for (int64_t o = 0; o < O; ++o)
+    for (int64_t i = o % 5; i < I; i += 9) bad += !same_bits(two[2][o][i].item<float>(), chain(dy.t(), X, o, i));
+  EXPECT_EQ(bad, 0) << "dw";
+}
+
 // batched_project() in fp32 on CPU: for every matrix of the batch, y = x w^T, dx = dy w and
 // dw = dy^T x, each element the chain of its definition, with x and w strided views (the
 // leading dims transposed, as attention's q, k and v are); and one thread or two give the
 // same bits (the (matrix, panel) pairs split between them).
 TEST(GemmBitwise, BatchedProjectIsTheChainOfEachMatrix) {
   if (!parity::kernels::gemm::chosen_isa()) GTEST_SKIP() << "PARITY_GEMM=aten";
-  // O = 200: 7 column panels a matrix, 42 (matrix, panel) pairs, more than one thread's grain
-  // (2^20 / (M I 32) = 19 pairs), so that two threads do split the forward (and dx, dw).
+  // O = 200: 7 column panels a matrix; the forward, dx and dw are each 2.0M multiply-adds,
+  // over the 2^20 below which multiply_all stays on one thread, so two threads split them.
   const int64_t G0 = 2, G1 = 3, M = 37, I = 45, O = 200;
   auto gen = at::detail::createCPUGenerator(8);
   auto x_base = at::randn({G1, G0, M, I}, gen), w_base = at::randn({G1, G0, O, I}, gen);
@@ -850,9 +892,9 @@ TEST(GemmBitwise, BatchedProjectIsTheChainOfEachMatrix) {
 // give the same bits (the (group, panel) pairs split between them).
 TEST(GemmBitwise, GroupedProjectIsTheChainOfEachGroup) {
   if (!parity::kernels::gemm::chosen_isa()) GTEST_SKIP() << "PARITY_GEMM=aten";
-  // O = 400: 13 column panels a group. The forward's 39 (group, panel) pairs exceed its grain
-  // (2^20 / (32 x the mean M K, 96 x 45 / 3) = 22), dx's 6 its 2 and dw's 8 its 3: two
-  // threads split each.
+  // O = 400: 13 column panels a group. The forward, dx and dw are each 96 x 45 x 400 = 1.7M
+  // multiply-adds, over the 2^20 below which multiply_all stays on one thread: two threads
+  // split each.
   const std::vector<int64_t> counts{30, 0, 41, 25};
   const int64_t R = 96, I = 45, O = 400, E = 4;
   auto gen = at::detail::createCPUGenerator(9);

@@ -173,13 +173,18 @@ PARITY_INLINE void forward_impl(const Shape& s, const E* q, const E* k, const E*
                                 const E* beta, E* o, E* states, E* r, E* a) {
   constexpr int W = kLanes<E>;
   const int64_t T = s.T, K = s.K, V = s.V, Kp = round_up(K, W), Vp = round_up(V, W);
-  Scratch<E> vpad(T * Vp, E(0)), opad(T * Vp), S(K * kFwdTileVecs * W);
+  // v and o padded to Vp columns, unless V is whole vectors (then used where they are).
+  const bool whole = V == Vp;
+  Scratch<E> pads(whole ? 0 : 2 * T * Vp, E(0)), S(K * kFwdTileVecs * W);
+  const E* vpad = whole ? v : pads.data();
+  E* opad = whole ? o : pads.data() + T * Vp;
   for (int64_t i = 0; i < T * K; ++i) a[i] = loop_elems::fixed_exp(g[i]);
-  for (int64_t t = 0; t < T; ++t) std::memcpy(&vpad[t * Vp], v + t * V, sizeof(E) * V);
+  if (!whole)
+    for (int64_t t = 0; t < T; ++t) std::memcpy(&pads[t * Vp], v + t * V, sizeof(E) * V);
   for (int64_t j0 = 0; j0 < Vp; j0 += kFwdTileVecs * W) {
     const auto tile = [&](auto nv) {
-      forward_tile<E, decltype(nv)::value>(s, Kp, Vp, j0, q, k, a, vpad.data(), beta,
-                                           S.data(), opad.data(), states, r);
+      forward_tile<E, decltype(nv)::value>(s, Kp, Vp, j0, q, k, a, vpad, beta, S.data(), opad,
+                                           states, r);
     };
     switch (std::min<int64_t>(kFwdTileVecs, (Vp - j0) / W)) {
       case 4: tile(std::integral_constant<int, 4>{}); break;
@@ -188,7 +193,8 @@ PARITY_INLINE void forward_impl(const Shape& s, const E* q, const E* k, const E*
       default: tile(std::integral_constant<int, 1>{}); break;
     }
   }
-  for (int64_t t = 0; t < T; ++t) std::memcpy(o + t * V, &opad[t * Vp], sizeof(E) * V);
+  if (!whole)
+    for (int64_t t = 0; t < T; ++t) std::memcpy(o + t * V, &opad[t * Vp], sizeof(E) * V);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -211,15 +217,27 @@ PARITY_INLINE void backward_impl(const Shape& s, const E* q, const E* k, const E
   const int64_t Kp = round_up(K, W), Vp = round_up(V, W), NB = Kp / W, NC = (T + C - 1) / C;
   const int64_t VT = kBwdTileCols;
   // Key-side inputs padded to Kp with zeros (padded state rows then stay zero), and the
-  // key-side gradients accumulated the same way.
-  Scratch<E> qp(T * Kp, E(0)), kp(T * Kp, E(0)), ap(T * Kp, E(0));
-  Scratch<E> dqp(T * Kp, E(0)), dkp(T * Kp, E(0)), dgp(T * Kp, E(0));
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t i = 0; i < K; ++i) {
-      qp[t * Kp + i] = q[t * K + i];
-      kp[t * Kp + i] = k[t * K + i];
-      ap[t * Kp + i] = a[t * K + i];
-    }
+  // key-side gradients accumulated the same way. When K is whole vectors, nothing needs
+  // padding: the inputs are read and the gradients accumulated where they are.
+  const bool whole = K == Kp;
+  Scratch<E> pads(whole ? 0 : 6 * T * Kp, E(0));
+  E* pad = pads.data();
+  const E* qp = whole ? q : pad;
+  const E* kp = whole ? k : pad + T * Kp;
+  const E* ap = whole ? a : pad + 2 * T * Kp;
+  E* dqp = whole ? dq : pad + 3 * T * Kp;
+  E* dkp = whole ? dk : pad + 4 * T * Kp;
+  E* dgp = whole ? dg : pad + 5 * T * Kp;
+  if (whole) {
+    for (E* d : {dq, dk, dg}) std::fill(d, d + T * K, E(0));
+  } else {
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < K; ++i) {
+        pad[t * Kp + i] = q[t * K + i];
+        pad[(T + t) * Kp + i] = k[t * K + i];
+        pad[(2 * T + t) * Kp + i] = a[t * K + i];
+      }
+  }
   std::fill(dbeta, dbeta + T, E(0));
   // du_part holds one vector of partial sums per column; du_col their lane sums (a last
   // tile narrower than VT sums stale columns past nc too, and never reads them).
@@ -342,6 +360,7 @@ PARITY_INLINE void backward_impl(const Shape& s, const E* q, const E* k, const E
       }
     }
   }
+  if (whole) return;
   for (int64_t t = 0; t < T; ++t) {
     std::memcpy(dq + t * K, &dqp[t * Kp], sizeof(E) * K);
     std::memcpy(dk + t * K, &dkp[t * Kp], sizeof(E) * K);

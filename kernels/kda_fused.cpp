@@ -182,7 +182,7 @@ PARITY_INLINE void forward_impl(const Shape& s, const E* q, const E* k, const E*
   if (!whole)
     for (int64_t t = 0; t < T; ++t) std::memcpy(&pads[t * Vp], v + t * V, sizeof(E) * V);
   for (int64_t j0 = 0; j0 < Vp; j0 += kFwdTileVecs * W) {
-    const auto tile = [&](auto nv) {
+    const auto tile = [&](auto nv) PARITY_INLINE_LAMBDA {
       forward_tile<E, decltype(nv)::value>(s, Kp, Vp, j0, q, k, a, vpad, beta, S.data(), opad,
                                            states, r);
     };
@@ -289,7 +289,7 @@ PARITY_INLINE void backward_impl(const Shape& s, const E* q, const E* k, const E
         // G += q do^T; dq += S do; dk += G u; du = G^T k (by vector blocks of key channels,
         // two blocks per pass over the columns so that four sums are in flight; each block's
         // sums run over the columns in order, as with one block per pass)
-        const auto pass1 = [&](int64_t b, auto blocks) {
+        const auto pass1 = [&](int64_t b, auto blocks) PARITY_INLINE_LAMBDA {
           constexpr int R = decltype(blocks)::value;
           Vec<E> kb[R], qb[R], dq_acc[R], dk_acc[R];
           for (int x = 0; x < R; ++x) {
@@ -330,7 +330,7 @@ PARITY_INLINE void backward_impl(const Shape& s, const E* q, const E* k, const E
         }
         dbeta[t] += dbeta_acc;
         // G += k dw^T; dk += S' dw; dg = rowsum(G o S'); G = diag(a) G (two blocks a pass)
-        const auto pass2 = [&](int64_t b, auto blocks) {
+        const auto pass2 = [&](int64_t b, auto blocks) PARITY_INLINE_LAMBDA {
           constexpr int R = decltype(blocks)::value;
           Vec<E> kb[R], ab[R], dk_acc[R], dg_acc[R];
           for (int x = 0; x < R; ++x) {

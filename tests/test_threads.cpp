@@ -104,6 +104,48 @@ TEST(ThreadSplit, OnlyKernelsThreadsCallsAtenParallelFor) {
   EXPECT_EQ(found, allowed);
 }
 
+// A lambda inside a function built once per x86-64 level (PARITY_CLONES) is a function of its
+// own, built for the baseline unless it is inlined: its vector loops then run as SSE2 code on
+// an AVX-512 machine, with the same bits and a fraction of the speed (it happened once: the
+// KDA conv's backward, 5% of a step). Every lambda in a file that clones carries
+// PARITY_INLINE_LAMBDA between its parameters and its body. (Needles split as above.)
+TEST(ThreadSplit, LambdasInClonedFilesAreInlined) {
+  namespace fs = std::filesystem;
+  const fs::path kernels = fs::path(PARITY_SOURCE_DIR) / "kernels";
+  const std::string clones = std::string("PARITY_") + "CLONES void",
+                    mark = std::string("PARITY_") + "INLINE_LAMBDA";
+  std::vector<std::string> unmarked;
+  int cloned_files = 0, lambdas = 0;
+  for (const auto& e : fs::directory_iterator(kernels)) {
+    if (e.path().extension() != ".cpp") continue;
+    std::ifstream in(e.path());
+    std::stringstream buf;
+    buf << in.rdbuf();
+    const std::string text = buf.str();
+    if (text.find(clones) == std::string::npos) continue;
+    ++cloned_files;
+    for (size_t at = text.find("]("); at != std::string::npos; at = text.find("](", at + 1)) {
+      // A lambda introducer: "[", captures without brackets, "](". Its body starts at the
+      // first "{" after the parameters' closing ")".
+      const size_t open = text.rfind('[', at);
+      if (open == std::string::npos || text.find_first_of("[]\n;", open + 1) != at) continue;
+      size_t depth = 0, close = at + 1;
+      for (; close < text.size(); ++close) {
+        if (text[close] == '(') ++depth;
+        if (text[close] == ')' && --depth == 0) break;
+      }
+      const size_t body = text.find('{', close);
+      if (body == std::string::npos) continue;
+      ++lambdas;
+      if (text.substr(close, body - close).find(mark) == std::string::npos)
+        unmarked.push_back(e.path().filename().string() + " at offset " + std::to_string(open));
+    }
+  }
+  EXPECT_GE(cloned_files, 5) << "the scan found no cloned kernels under " << kernels;
+  EXPECT_GE(lambdas, 10);
+  EXPECT_TRUE(unmarked.empty()) << ::testing::PrintToString(unmarked);
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, ThreadCount, ::testing::Values(Precision::FP32, Precision::BF16),
                          [](const auto& info) { return testing::test_name(info.param); });
 

@@ -242,6 +242,9 @@ struct Avx512 {
   }
 };
 
+static_assert(kRowAlign % Avx512::MR == 0 && kColumnAlign % Avx512::NR == 0,
+              "gemm.h's split alignments keep the AVX-512 tiles whole");
+
 // AVX2 with FMA: 6 rows x 16 columns, 12 accumulators.
 struct Avx2 {
   static constexpr int MR = 6, NR = 16;
@@ -279,6 +282,8 @@ struct Avx2 {
     }
   }
 };
+static_assert(kRowAlign % Avx2::MR == 0 && kColumnAlign % Avx2::NR == 0,
+              "gemm.h's split alignments keep the AVX2 tiles whole");
 #endif
 
 // The chains one element at a time, with the C library's fused multiply-add.

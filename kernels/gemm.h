@@ -43,6 +43,9 @@ struct View {
 // The column panel width of the fastest path: splitting the columns between threads at
 // multiples of it keeps every panel whole.
 constexpr int64_t kColumnAlign = 32;
+// A multiple of every path's tile height: splitting the rows between threads at multiples of
+// it keeps every tile whole.
+constexpr int64_t kRowAlign = 12;
 
 // C[:, j0:j1] = A B[:, j0:j1] for A [M, K], B [K, N] and C [M, N] row-major with row stride
 // ldc (C's other columns are not touched). K may be 0 (C becomes +0). Runs on the calling

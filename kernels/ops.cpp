@@ -83,6 +83,13 @@ gemm::View transposed(const at::Tensor& t) {
   return {t.data_ptr<float>(), t.stride(1), t.stride(0)};
 }
 
+// The instruction set a product's forward ran, kept for its backward (the same one, so both
+// directions take the same path).
+void save_isa(torch::autograd::AutogradContext* ctx, int64_t isa) { ctx->saved_data["isa"] = isa; }
+gemm::Isa saved_isa(torch::autograd::AutogradContext* ctx) {
+  return gemm::Isa(ctx->saved_data["isa"].toInt());
+}
+
 // One product of a group: C [M,N] (row stride ldc) = A [M,K] B [K,N].
 struct Product {
   int64_t M, K;
@@ -101,7 +108,7 @@ struct Product {
 // product ran at 150 GFLOP/s instead of 190). On one thread, or for less than a million
 // multiply-adds in all, each product is one call.
 void multiply_all(gemm::Isa isa, const std::vector<Product>& group, int64_t N, int64_t ldc) {
-  constexpr int64_t kPanel = gemm::kColumnAlign, kRowAlign = 12;  // 12: both kernels' MR
+  constexpr int64_t kPanel = gemm::kColumnAlign, kRowAlign = gemm::kRowAlign;
   const int64_t panels = (N + kPanel - 1) / kPanel, threads = parallel_threads();
   int64_t work = 0;
   for (const auto& p : group) work += p.M * p.K * N;
@@ -171,7 +178,7 @@ struct ProjectFunction : torch::autograd::Function<ProjectFunction> {
     auto y = gemm_product(gemm::Isa(isa), x2.size(0), O, I, view_of(x2), transposed(w),
                           x.options());
     ctx->save_for_backward({x2, w});
-    ctx->saved_data["isa"] = isa;
+    save_isa(ctx, isa);
     ctx->saved_data["x_shape"] = x.sizes().vec();
     auto shape = x.sizes().vec();
     shape.back() = O;
@@ -182,7 +189,7 @@ struct ProjectFunction : torch::autograd::Function<ProjectFunction> {
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const auto &x2 = saved[0], &w = saved[1];
-    const auto isa = gemm::Isa(ctx->saved_data["isa"].toInt());
+    const auto isa = saved_isa(ctx);
     const int64_t M = x2.size(0), I = w.size(1), O = w.size(0);
     auto dy = grads[0].reshape({M, O});
     at::Tensor dx, dw;
@@ -241,7 +248,7 @@ struct BatchedProjectFunction : torch::autograd::Function<BatchedProjectFunction
     batched_product(gemm::Isa(isa), M, O, I, x, matrix_offsets(x), false, w, matrix_offsets(w),
                     true, y.data_ptr<float>());
     ctx->save_for_backward({x, w});
-    ctx->saved_data["isa"] = isa;
+    save_isa(ctx, isa);
     return y;
   }
 
@@ -249,7 +256,7 @@ struct BatchedProjectFunction : torch::autograd::Function<BatchedProjectFunction
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const auto &x = saved[0], &w = saved[1];
-    const auto isa = gemm::Isa(ctx->saved_data["isa"].toInt());
+    const auto isa = saved_isa(ctx);
     const int64_t M = x.size(-2), I = x.size(-1), O = w.size(-2);
     auto dy = grads[0].contiguous();
     const auto dy_off = matrix_offsets(dy);
@@ -268,11 +275,18 @@ struct BatchedProjectFunction : torch::autograd::Function<BatchedProjectFunction
   }
 };
 
-// The first row of each group of rows, and the total: starts[e] = counts[0] + .. + counts[e-1].
-std::vector<int64_t> group_starts(const std::vector<int64_t>& counts) {
-  std::vector<int64_t> starts(counts.size() + 1, 0);
-  for (size_t e = 0; e < counts.size(); ++e) starts[e + 1] = starts[e] + counts[e];
-  return starts;
+// One product per group of rows, make(e, rows, first) for group e of `rows` rows from row
+// `first` (first = counts[0] + .. + counts[e-1]); groups without rows are left out unless
+// `keep_empty`.
+template <class Make>
+std::vector<Product> group_products(const std::vector<int64_t>& counts, bool keep_empty,
+                                    const Make& make) {
+  std::vector<Product> group;
+  group.reserve(counts.size());
+  int64_t first = 0;
+  for (size_t e = 0; e < counts.size(); first += counts[e], ++e)
+    if (keep_empty || counts[e] > 0) group.push_back(make(static_cast<int64_t>(e), counts[e], first));
+  return group;
 }
 
 // grouped_project() in fp32 on CPU: group e's rows of y = x_e w[e]^T, of dx = dy_e w[e], and
@@ -282,17 +296,15 @@ struct GroupedProjectFunction : torch::autograd::Function<GroupedProjectFunction
                             const at::Tensor& w_in, std::vector<int64_t> counts, int64_t isa) {
     auto x = x_in.contiguous(), w = w_in.contiguous();
     const int64_t O = w.size(1), I = w.size(2);
-    const auto starts = group_starts(counts);
     auto y = at::empty({x.size(0), O}, x.options());
     const float *xp = x.data_ptr<float>(), *wp = w.data_ptr<float>();
-    std::vector<Product> group;
-    for (size_t e = 0; e < counts.size(); ++e)
-      if (counts[e] > 0)
-        group.push_back({counts[e], I, {xp + starts[e] * I, I, 1},
-                         {wp + int64_t(e) * O * I, 1, I}, y.data_ptr<float>() + starts[e] * O});
+    float* yp = y.data_ptr<float>();
+    const auto group = group_products(counts, false, [&](int64_t e, int64_t rows, int64_t first) {
+      return Product{rows, I, {xp + first * I, I, 1}, {wp + e * O * I, 1, I}, yp + first * O};
+    });
     multiply_all(gemm::Isa(isa), group, O, O);
     ctx->save_for_backward({x, w});
-    ctx->saved_data["isa"] = isa;
+    save_isa(ctx, isa);
     ctx->saved_data["counts"] = counts;
     return y;
   }
@@ -301,29 +313,27 @@ struct GroupedProjectFunction : torch::autograd::Function<GroupedProjectFunction
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const auto &x = saved[0], &w = saved[1];
-    const auto isa = gemm::Isa(ctx->saved_data["isa"].toInt());
+    const auto isa = saved_isa(ctx);
     const auto counts = ctx->saved_data["counts"].toIntVector();
-    const auto starts = group_starts(counts);
     const int64_t O = w.size(1), I = w.size(2);
     auto dy = grads[0].contiguous();
     const float *xp = x.data_ptr<float>(), *wp = w.data_ptr<float>(), *dyp = dy.data_ptr<float>();
     at::Tensor dx, dw;
     if (ctx->needs_input_grad(0)) {
       dx = at::empty(x.sizes(), x.options());
-      std::vector<Product> group;
-      for (size_t e = 0; e < counts.size(); ++e)
-        if (counts[e] > 0)
-          group.push_back({counts[e], O, {dyp + starts[e] * O, O, 1},
-                           {wp + int64_t(e) * O * I, I, 1}, dx.data_ptr<float>() + starts[e] * I});
+      float* dxp = dx.data_ptr<float>();
+      const auto group = group_products(counts, false, [&](int64_t e, int64_t rows, int64_t first) {
+        return Product{rows, O, {dyp + first * O, O, 1}, {wp + e * O * I, I, 1}, dxp + first * I};
+      });
       multiply_all(isa, group, I, I);
     }
     if (ctx->needs_input_grad(1)) {
       // A group without rows has K = 0: its dw[e] becomes +0, as a zero gradient would be.
       dw = at::empty(w.sizes(), w.options());
-      std::vector<Product> group;
-      for (size_t e = 0; e < counts.size(); ++e)
-        group.push_back({O, counts[e], {dyp + starts[e] * O, 1, O}, {xp + starts[e] * I, I, 1},
-                         dw.data_ptr<float>() + int64_t(e) * O * I});
+      float* dwp = dw.data_ptr<float>();
+      const auto group = group_products(counts, true, [&](int64_t e, int64_t rows, int64_t first) {
+        return Product{O, rows, {dyp + first * O, 1, O}, {xp + first * I, I, 1}, dwp + e * O * I};
+      });
       multiply_all(isa, group, I, I);
     }
     return {dx, dw, at::Tensor(), at::Tensor()};

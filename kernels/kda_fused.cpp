@@ -3,6 +3,7 @@
 #include "kernels/kda_fused.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -168,19 +169,57 @@ PARITY_INLINE void forward_tile(const Shape& s, int64_t Kp, int64_t Vp, int64_t 
   }
 }
 
+// Row-major [T, X] operands seen as [T, Xp], Xp = X rounded up to whole vectors. When X is
+// whole vectors they are used where they are; otherwise through copies padded with zero
+// columns: the inputs are copied in here, and finish() copies the outputs back. The outputs
+// start at zero when `zeroed` asks for it (a padded output always does).
+template <class E, size_t NI, size_t NO>
+class PaddedRows {
+ public:
+  PaddedRows(int64_t T, int64_t X, int64_t Xp, const std::array<const E*, NI>& in,
+             const std::array<E*, NO>& out, bool zeroed)
+      : T_(T), X_(X), Xp_(Xp), whole_(X == Xp), pads_(whole_ ? 0 : (NI + NO) * T * Xp, E(0)),
+        in_(in), out_(out), orig_(out) {
+    if (whole_) {
+      if (zeroed)
+        for (E* d : out_) std::fill(d, d + T * X, E(0));
+      return;
+    }
+    for (size_t i = 0; i < NI; ++i) {
+      E* dst = pads_.data() + i * T * Xp;
+      for (int64_t t = 0; t < T; ++t) std::memcpy(dst + t * Xp, in[i] + t * X, sizeof(E) * X);
+      in_[i] = dst;
+    }
+    for (size_t j = 0; j < NO; ++j) out_[j] = pads_.data() + (NI + j) * T * Xp;
+  }
+  const E* in(size_t i) const { return in_[i]; }
+  E* out(size_t j) const { return out_[j]; }
+  void finish() const {
+    if (whole_) return;
+    for (size_t j = 0; j < NO; ++j)
+      for (int64_t t = 0; t < T_; ++t)
+        std::memcpy(orig_[j] + t * X_, out_[j] + t * Xp_, sizeof(E) * X_);
+  }
+
+ private:
+  int64_t T_, X_, Xp_;
+  bool whole_;
+  Scratch<E> pads_;
+  std::array<const E*, NI> in_;
+  std::array<E*, NO> out_, orig_;
+};
+
 template <class E>
 PARITY_INLINE void forward_impl(const Shape& s, const E* q, const E* k, const E* v, const E* g,
                                 const E* beta, E* o, E* states, E* r, E* a) {
   constexpr int W = kLanes<E>;
   const int64_t T = s.T, K = s.K, V = s.V, Kp = round_up(K, W), Vp = round_up(V, W);
-  // v and o padded to Vp columns, unless V is whole vectors (then used where they are).
-  const bool whole = V == Vp;
-  Scratch<E> pads(whole ? 0 : 2 * T * Vp, E(0)), S(K * kFwdTileVecs * W);
-  const E* vpad = whole ? v : pads.data();
-  E* opad = whole ? o : pads.data() + T * Vp;
+  // v and o seen with Vp columns.
+  const PaddedRows<E, 1, 1> rows(T, V, Vp, {v}, {o}, false);
+  const E* vpad = rows.in(0);
+  E* opad = rows.out(0);
+  Scratch<E> S(K * kFwdTileVecs * W);
   for (int64_t i = 0; i < T * K; ++i) a[i] = loop_elems::fixed_exp(g[i]);
-  if (!whole)
-    for (int64_t t = 0; t < T; ++t) std::memcpy(&pads[t * Vp], v + t * V, sizeof(E) * V);
   for (int64_t j0 = 0; j0 < Vp; j0 += kFwdTileVecs * W) {
     const auto tile = [&](auto nv) PARITY_INLINE_LAMBDA {
       forward_tile<E, decltype(nv)::value>(s, Kp, Vp, j0, q, k, a, vpad, beta, S.data(), opad,
@@ -193,8 +232,7 @@ PARITY_INLINE void forward_impl(const Shape& s, const E* q, const E* k, const E*
       default: tile(std::integral_constant<int, 1>{}); break;
     }
   }
-  if (!whole)
-    for (int64_t t = 0; t < T; ++t) std::memcpy(o + t * V, &opad[t * Vp], sizeof(E) * V);
+  rows.finish();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -216,28 +254,11 @@ PARITY_INLINE void backward_impl(const Shape& s, const E* q, const E* k, const E
   const int64_t T = s.T, K = s.K, V = s.V, C = s.chunk;
   const int64_t Kp = round_up(K, W), Vp = round_up(V, W), NB = Kp / W, NC = (T + C - 1) / C;
   const int64_t VT = kBwdTileCols;
-  // Key-side inputs padded to Kp with zeros (padded state rows then stay zero), and the
-  // key-side gradients accumulated the same way. When K is whole vectors, nothing needs
-  // padding: the inputs are read and the gradients accumulated where they are.
-  const bool whole = K == Kp;
-  Scratch<E> pads(whole ? 0 : 6 * T * Kp, E(0));
-  E* pad = pads.data();
-  const E* qp = whole ? q : pad;
-  const E* kp = whole ? k : pad + T * Kp;
-  const E* ap = whole ? a : pad + 2 * T * Kp;
-  E* dqp = whole ? dq : pad + 3 * T * Kp;
-  E* dkp = whole ? dk : pad + 4 * T * Kp;
-  E* dgp = whole ? dg : pad + 5 * T * Kp;
-  if (whole) {
-    for (E* d : {dq, dk, dg}) std::fill(d, d + T * K, E(0));
-  } else {
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t i = 0; i < K; ++i) {
-        pad[t * Kp + i] = q[t * K + i];
-        pad[(T + t) * Kp + i] = k[t * K + i];
-        pad[(2 * T + t) * Kp + i] = a[t * K + i];
-      }
-  }
+  // The key-side inputs and gradients seen with Kp channels (padded state rows then stay
+  // zero); the gradients accumulate from zero.
+  const PaddedRows<E, 3, 3> rows(T, K, Kp, {q, k, a}, {dq, dk, dg}, true);
+  const E *qp = rows.in(0), *kp = rows.in(1), *ap = rows.in(2);
+  E *dqp = rows.out(0), *dkp = rows.out(1), *dgp = rows.out(2);
   std::fill(dbeta, dbeta + T, E(0));
   // du_part holds one vector of partial sums per column; du_col their lane sums (a last
   // tile narrower than VT sums stale columns past nc too, and never reads them).
@@ -360,12 +381,7 @@ PARITY_INLINE void backward_impl(const Shape& s, const E* q, const E* k, const E
       }
     }
   }
-  if (whole) return;
-  for (int64_t t = 0; t < T; ++t) {
-    std::memcpy(dq + t * K, &dqp[t * Kp], sizeof(E) * K);
-    std::memcpy(dk + t * K, &dkp[t * Kp], sizeof(E) * K);
-    std::memcpy(dg + t * K, &dgp[t * Kp], sizeof(E) * K);
-  }
+  rows.finish();
 }
 
 PARITY_CLONES void forward_f32(const Shape& s, const float* q, const float* k, const float* v,

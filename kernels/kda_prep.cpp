@@ -104,13 +104,14 @@ PARITY_INLINE void conv_grad_at(const ConvShape& s, const S* x, const Acc<S>* wt
 
 // dx at token t of row b (the taps that read x_t, g at t + J - 1 - j, taps ascending) and
 // the tap gradient's terms of token t (g_t times the input each tap read), for the tile at
-// cb. g_of(u) is the tile's g at token u.
-template <class S, int64_t N, class G>
+// cb. The tile's g at token u is ring[(u mod J) * ring_ld] (conv_bwd's ring).
+template <class S, int64_t N>
 PARITY_INLINE void conv_bwd_at(const ConvShape& s, const S* x, const Acc<S>* wt, S* dx,
                                Acc<S>* dwt, int64_t cb, Width<N> n, int64_t b, int64_t t,
-                               const G& g_of) {
+                               const Acc<S>* ring, int64_t ring_ld) {
   using A = Acc<S>;
   const int64_t T = s.T, C = s.C, J = s.J;
+  const auto g_of = [&](int64_t u) PARITY_INLINE_LAMBDA { return ring + u % J * ring_ld; };
   alignas(64) A acc[kTile] = {};
   for (int64_t j = 0; j < J; ++j) {
     const int64_t dst = t + J - 1 - j;
@@ -176,8 +177,8 @@ PARITY_INLINE void conv_bwd(const ConvShape& s, const S* x, const S* w, const S*
     for (int64_t t = 0; t < T; ++t) {
       if (t + J - 1 < T) make_g(b, t + J - 1);
       for_tiles(c0, c1, [&](int64_t tile, int64_t cb, auto n) PARITY_INLINE_LAMBDA {
-        const auto g_of = [&](int64_t u) PARITY_INLINE_LAMBDA -> const A* { return ring_row(u, tile); };
-        conv_bwd_at(s, x, &wt[tile * J * kTile], dx, &dwt[tile * J * kTile], cb, n, b, t, g_of);
+        conv_bwd_at(s, x, &wt[tile * J * kTile], dx, &dwt[tile * J * kTile], cb, n, b, t,
+                    &ring[tile * kTile], tiles * kTile);
       });
     }
   }

@@ -25,7 +25,9 @@ void add_run_options(CLI::App& cmd, harness::RunOptions& o) {
       ->check(integer_in(1, spec::kMaxSeqLen));
   cmd.add_option("--seed", o.seed, "initialisation seed (ignored with --init)")
       ->capture_default_str()->check(unsigned_integer());
-  cmd.add_option("--threads", o.threads, "intra-op threads (pinned; recorded)")
+  cmd.add_option(
+      "--threads", o.threads,
+      "intra-op threads (pinned; recorded); the reference runs that many micro-batches at once")
       ->capture_default_str()->check(threads());
   add_choice(cmd, o.device, spec::devices(), "where the run computes");
   cmd.add_option("--init", o.init_path, "seed checkpoint written by `parity init`")

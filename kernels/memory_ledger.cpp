@@ -268,6 +268,17 @@ MemoryWhere::~MemoryWhere() {
   g_stage.store(prev_.stage);
 }
 
+MemoryTagsKept::MemoryTagsKept()
+    : category_(static_cast<MemCategory>(g_category.load())), place_(current_place()) {}
+
+MemoryTagsKept::~MemoryTagsKept() {
+  g_category.store(static_cast<int>(category_));
+  g_layer.store(place_.layer);
+  g_microbatch.store(place_.microbatch);
+  g_rank.store(place_.rank);
+  g_stage.store(place_.stage);
+}
+
 void memory_mark(const std::string& label, bool forward) {
   MemoryLedger* l = g_ledger.load(std::memory_order_acquire);
   if (l == nullptr) return;

@@ -132,6 +132,21 @@ class MemoryWhere {
   MemoryPlace prev_;
 };
 
+// Puts the category and the place back as they were when it was made. The tags are one per
+// process, so scopes that run at once on several threads (kernels/threads.h run_lanes, which
+// the trainers use only while nothing records) can leave them crossed.
+class MemoryTagsKept {
+ public:
+  MemoryTagsKept();
+  ~MemoryTagsKept();
+  MemoryTagsKept(const MemoryTagsKept&) = delete;
+  MemoryTagsKept& operator=(const MemoryTagsKept&) = delete;
+
+ private:
+  MemCategory category_;
+  MemoryPlace place_;
+};
+
 // Records a boundary (no-op unless recording).
 void memory_mark(const std::string& label, bool forward);
 

@@ -117,6 +117,8 @@ FamilyClock::~FamilyClock() {
   s.changes.clear();
 }
 
+bool family_clock_running() { return state().on; }
+
 std::array<double, kOpFamilies> FamilyClock::seconds() const {
   auto& s = state();
   charge_and_switch(s, s.current);

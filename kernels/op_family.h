@@ -41,4 +41,7 @@ class FamilyClock {
   std::array<double, kOpFamilies> seconds() const;
 };
 
+// Whether a FamilyClock runs (work split across threads must then keep to one thread).
+bool family_clock_running();
+
 }  // namespace parity::kernels

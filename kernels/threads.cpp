@@ -2,9 +2,14 @@
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
+#include <ATen/ThreadLocalState.h>
 #include <dlfcn.h>
+#include <omp.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <exception>
+#include <vector>
 
 namespace parity::kernels {
 
@@ -29,6 +34,34 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain,
 }
 
 int64_t parallel_threads() { return at::in_parallel_region() ? 1 : at::get_num_threads(); }
+
+void run_lanes(int n, const std::function<void(int)>& body) {
+  if (n <= 0) return;
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
+  const auto lane = [&](int i) {
+    try {
+      body(i);
+    } catch (...) {
+      errors[static_cast<size_t>(i)] = std::current_exception();
+    }
+  };
+  const int threads = static_cast<int>(std::min<int64_t>(parallel_threads(), n));
+  if (threads <= 1) {
+    for (int i = 0; i < n; ++i) lane(i);
+  } else {
+    // The caller's thread-local state (grad mode among it) in every lane, as on the caller.
+    const at::ThreadLocalState state;
+    // Inside the region ATen sees a parallel region: its loops and parallel_for run inline.
+    // The runtime may give fewer threads than asked; each runs every threads-th lane.
+#pragma omp parallel num_threads(threads)
+    {
+      const at::ThreadLocalStateGuard guard(state);
+      for (int i = omp_get_thread_num(); i < n; i += omp_get_num_threads()) lane(i);
+    }
+  }
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
 
 void use_deterministic_cuda() {
   setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);

@@ -25,6 +25,13 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain,
 // inside a parallel loop.
 int64_t parallel_threads();
 
+// Runs body(0) .. body(n - 1) at the same time, each on one of the intra-op threads (the
+// caller runs body(0)), and returns when all have; inside a body every parallel_for, every
+// ATen op and every product runs on that body's thread alone. An exception a body throws is
+// rethrown here once all have finished (the lowest lane's first). With one thread, or n = 1,
+// the bodies run one after another on the caller.
+void run_lanes(int n, const std::function<void(int)>& body);
+
 // Deterministic algorithms on (an op without a deterministic CUDA kernel raises instead of
 // silently varying) and CUBLAS_WORKSPACE_CONFIG=:4096:8 unless the user set it. Call before
 // the first CUDA op of the process.

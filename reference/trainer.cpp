@@ -8,6 +8,8 @@
 
 #include "kernels/config.h"
 #include "kernels/memory_ledger.h"
+#include "kernels/op_family.h"
+#include "kernels/threads.h"
 
 namespace parity::reference {
 
@@ -84,6 +86,96 @@ std::vector<at::Tensor> ReferenceTrainer::forward_only(int64_t s) {
   return losses;
 }
 
+int ReferenceTrainer::lanes_for(int64_t s) const {
+  // The ledgers and faults record per micro-batch, and the op-family clock (bench
+  // --breakdown) follows one thread.
+  const bool per_microbatch_records = cfg_.ledger_on(s) || kernels::memory_recording() ||
+                                      !faults_.empty() || kernels::family_clock_running();
+  if (cfg_.threads <= 1 || cfg_.microbatches <= 1 || per_microbatch_records ||
+      !at::Device(cfg_.device).is_cpu())
+    return 1;
+  return std::min(cfg_.threads, cfg_.microbatches);
+}
+
+ReferenceTrainer::Lanes ReferenceTrainer::make_lanes(int n, const std::vector<at::Tensor>& compute) {
+  std::vector<bool> counter(buffers_.size(), false);
+  for (const auto& spec : kernels::buffer_specs(cfg_.model))
+    for (size_t i = 0; i < buffers_.size(); ++i)
+      if (buffers_.names()[i] == spec.fqn) counter[i] = !spec.persistent;
+  Lanes lanes;
+  for (int i = 0; i < n; ++i) {
+    std::vector<at::Tensor> leaves;
+    Deliveries delivered;
+    leaves.reserve(compute.size());
+    for (const auto& c : compute) {
+      leaves.push_back(c.detach().requires_grad_(c.requires_grad()));
+      delivered.push_back(std::make_shared<std::vector<at::Tensor>>());
+      if (!c.requires_grad()) continue;
+      leaves.back().register_hook([list = delivered.back()](const at::Tensor& g) {
+        list->push_back(g);
+        return at::Tensor();  // delivered unchanged
+      });
+    }
+    lanes.weights.emplace_back(master_.names(), std::move(leaves));
+    lanes.delivered.push_back(std::move(delivered));
+    std::vector<at::Tensor> bufs;
+    for (size_t b = 0; b < buffers_.size(); ++b)
+      bufs.push_back(counter[b] ? at::zeros_like(buffers_[b]) : buffers_[b]);
+    lanes.buffers.emplace_back(buffers_.names(), std::move(bufs));
+  }
+  lanes.counter = std::move(counter);
+  return lanes;
+}
+
+void ReferenceTrainer::run_side_by_side(Lanes& lanes, int64_t s, int r, int m0, int n,
+                                        int64_t n_global, std::vector<at::Tensor>& compute,
+                                        const std::vector<size_t>& all,
+                                        kernels::GradAccumulator& acc,
+                                        std::vector<at::Tensor>& replica_losses) {
+  std::vector<MicroBatch> mbs;
+  for (int i = 0; i < n; ++i) mbs.push_back(microbatch(s, r, m0 + i));
+  std::vector<at::Tensor> losses(static_cast<size_t>(n));
+  {
+    const kernels::MemoryTagsKept tags;
+    kernels::run_lanes(n, [&](int i) {
+      const auto& mb = mbs[static_cast<size_t>(i)];
+      auto l = model_.loss(lanes.weights[static_cast<size_t>(i)],
+                           lanes.buffers[static_cast<size_t>(i)], mb.tokens, mb.labels,
+                           static_cast<double>(n_global), true, mb.docs);
+      l.backward();
+      losses[static_cast<size_t>(i)] = l.loss();
+    });
+  }
+  // What the engine's gradient accumulation would have done with each delivery: the first
+  // taken (dense, in the parameter's layout), each later one added in place. The accumulator's
+  // fp32 buffer then takes them as always.
+  for (int i = 0; i < n; ++i) {
+    auto& leaves = lanes.weights[static_cast<size_t>(i)];
+    for (size_t p = 0; p < compute.size(); ++p) {
+      leaves[p].mutable_grad().reset();
+      auto& list = *lanes.delivered[static_cast<size_t>(i)][p];
+      auto& into = compute[p].mutable_grad();
+      for (auto& g : list) {
+        if (into.defined())
+          into.add_(g);
+        else if (g.is_contiguous() && g.sizes() == compute[p].sizes())
+          into = std::move(g);
+        else
+          into = g.contiguous().clone();
+      }
+      list.clear();
+    }
+    replica_losses.push_back(losses[static_cast<size_t>(i)]);
+    acc.after_backward(all);
+  }
+}
+
+void ReferenceTrainer::add_lane_counts(Lanes& lanes) {
+  for (size_t b = 0; b < buffers_.size(); ++b)
+    if (lanes.counter[b])
+      for (const auto& lane : lanes.buffers) buffers_[b].add_(lane[b]);
+}
+
 void ReferenceTrainer::step(int64_t s, kernels::StepObserver& observer) {
   const auto t0 = std::chrono::steady_clock::now();
   const size_t P = master_.size();
@@ -101,10 +193,19 @@ void ReferenceTrainer::step(int64_t s, kernels::StepObserver& observer) {
   std::vector<at::Tensor> grads;      // summed over dp replicas, rank order
   std::vector<at::Tensor> mb_losses;  // execution order over all replicas
   at::Tensor loss;
+  const int lanes = lanes_for(s);
+  std::optional<Lanes> side;
+  if (lanes > 1) side.emplace(make_lanes(lanes, compute));
   for (int r = 0; r < cfg_.dp; ++r) {
     kernels::GradAccumulator acc(cfg_, master_, compute);
     std::vector<at::Tensor> replica_losses;
     for (int m = 0; m < cfg_.microbatches; ++m) {
+      if (side) {
+        const int n = std::min(lanes, cfg_.microbatches - m);
+        run_side_by_side(*side, s, r, m, n, n_global, compute, all, acc, replica_losses);
+        m += n - 1;
+        continue;
+      }
       const auto mb = microbatch(s, r, m);
       std::optional<kernels::LedgerScope> scope;
       if (cfg_.ledger_on(s)) scope.emplace(&ledger_, r * cfg_.microbatches + m);
@@ -131,6 +232,7 @@ void ReferenceTrainer::step(int64_t s, kernels::StepObserver& observer) {
       for (size_t i = 0; i < P; ++i) grads[i].add_(replica_grads[i]);
     for (auto& l : replica_losses) mb_losses.push_back(l);
   }
+  if (side) add_lane_counts(*side);
   if (!faults_.empty()) apply_grad_faults(grads);
   kernels::memory_mark("gradients ready", false);
   kernels::finish_step(cfg_, s, optimizer_, master_, buffers_, std::move(grads), loss, mb_losses, n_global,

@@ -73,6 +73,30 @@ class ReferenceTrainer {
   // The faults that act on the accumulated gradients (scale, zero, swap), before the norm.
   void apply_grad_faults(std::vector<at::Tensor>& grads) const;
 
+  // Micro-batches side by side (docs/design.md section 3.6). With several intra-op threads,
+  // on CPU, and nothing that records per micro-batch (the contribution ledger, the memory
+  // ledger, gradient faults), up to `threads` micro-batches run at once, each forward and
+  // backward on one thread, against leaves of their own over the compute copies' storage and
+  // token counters of their own. Each gradient the engine delivers to a lane's leaf is kept,
+  // in delivery order (a micro-batch's head delivers one per chunk); in micro-batch order they
+  // then reach the compute copies as one backward after another would have delivered them
+  // (the first taken, each later one added in place), and the losses the list. The counters
+  // (integers) are added to the trainer's after the last micro-batch.
+  using Deliveries = std::vector<std::shared_ptr<std::vector<at::Tensor>>>;  // per parameter
+  struct Lanes {
+    std::vector<kernels::NamedTensors> weights, buffers;  // per lane
+    std::vector<Deliveries> delivered;                     // per lane
+    std::vector<bool> counter;  // per buffer: a per-step count (summed), not a state (shared)
+  };
+  // How many micro-batches step s runs at once (1: one after another).
+  int lanes_for(int64_t s) const;
+  Lanes make_lanes(int n, const std::vector<at::Tensor>& compute);
+  // Micro-batches m0 .. m0+n-1 of replica r at once, then handed on in order.
+  void run_side_by_side(Lanes& lanes, int64_t s, int r, int m0, int n, int64_t n_global,
+                        std::vector<at::Tensor>& compute, const std::vector<size_t>& all,
+                        kernels::GradAccumulator& acc, std::vector<at::Tensor>& replica_losses);
+  void add_lane_counts(Lanes& lanes);
+
   TrainConfig cfg_;
   kernels::Model model_;
   const datasets::TokenRows& data_;

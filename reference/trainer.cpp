@@ -1,5 +1,7 @@
 #include "reference/trainer.h"
 
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -12,6 +14,26 @@
 #include "kernels/threads.h"
 
 namespace parity::reference {
+
+namespace {
+
+// The end of a side's handle on a compute copy: it keeps each gradient the engine delivers,
+// in delivery order, where a leaf would have accumulated them (and so copied the first).
+class KeepDeliveries final : public torch::autograd::Node {
+ public:
+  explicit KeepDeliveries(std::shared_ptr<std::vector<at::Tensor>> list)
+      : list_(std::move(list)) {}
+  std::string name() const override { return "KeepDeliveries"; }
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    if (grads.at(0).defined()) list_->push_back(std::move(grads[0]));
+    return {};
+  }
+
+ private:
+  std::shared_ptr<std::vector<at::Tensor>> list_;
+};
+
+}  // namespace
 
 using kernels::NamedTensors;
 using kernels::Precision;
@@ -108,13 +130,12 @@ ReferenceTrainer::Lanes ReferenceTrainer::make_lanes(int n, const std::vector<at
     Deliveries delivered;
     leaves.reserve(compute.size());
     for (const auto& c : compute) {
-      leaves.push_back(c.detach().requires_grad_(c.requires_grad()));
       delivered.push_back(std::make_shared<std::vector<at::Tensor>>());
+      leaves.push_back(c.detach());
       if (!c.requires_grad()) continue;
-      leaves.back().register_hook([list = delivered.back()](const at::Tensor& g) {
-        list->push_back(g);
-        return at::Tensor();  // delivered unchanged
-      });
+      auto node = std::shared_ptr<KeepDeliveries>(new KeepDeliveries(delivered.back()),
+                                                  torch::autograd::deleteNode);
+      torch::autograd::set_history(leaves.back(), node);
     }
     lanes.weights.emplace_back(master_.names(), std::move(leaves));
     lanes.delivered.push_back(std::move(delivered));
@@ -150,9 +171,7 @@ void ReferenceTrainer::run_side_by_side(Lanes& lanes, int64_t s, int r, int m0, 
   // taken (dense, in the parameter's layout), each later one added in place. The accumulator's
   // fp32 buffer then takes them as always.
   for (int i = 0; i < n; ++i) {
-    auto& leaves = lanes.weights[static_cast<size_t>(i)];
     for (size_t p = 0; p < compute.size(); ++p) {
-      leaves[p].mutable_grad().reset();
       auto& list = *lanes.delivered[static_cast<size_t>(i)][p];
       auto& into = compute[p].mutable_grad();
       for (auto& g : list) {

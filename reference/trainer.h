@@ -76,8 +76,8 @@ class ReferenceTrainer {
   // Micro-batches side by side (docs/design.md section 3.6). With several intra-op threads,
   // on CPU, and nothing that records per micro-batch (the contribution ledger, the memory
   // ledger, gradient faults), up to `threads` micro-batches run at once, each forward and
-  // backward on one thread, against leaves of their own over the compute copies' storage and
-  // token counters of their own. Each gradient the engine delivers to a lane's leaf is kept,
+  // backward on one thread, against handles of their own on the compute copies' storage and
+  // token counters of their own. Each gradient the engine delivers to a side's handle is kept,
   // in delivery order (a micro-batch's head delivers one per chunk); in micro-batch order they
   // then reach the compute copies as one backward after another would have delivered them
   // (the first taken, each later one added in place), and the losses the list. The counters

@@ -635,6 +635,27 @@ TEST_F(Cli, BenchRatioPrintsEachRoundAndTheMedian) {
   EXPECT_EQ(line, want.str());
 }
 
+// bench --breakdown turns the reference trainer's side-by-side micro-batches off (the per-family
+// clock times one op at a time), so at two threads it says its step time is not the two-thread
+// step; at one thread, and for the pipelined trainer, there is nothing to say.
+TEST_F(Cli, BenchBreakdownSaysWhenItIsNotTheThreadedStep) {
+  const std::string bench =
+      "bench --flavor tiny --seq-len 16 --breakdown --warmup-steps 0 --measured-steps 1 ";
+  const std::string note = "note: the per-family clock runs the micro-batches one after the other";
+  auto two = run(bench + "--what step --threads 2");
+  ASSERT_EQ(two.code, 0) << two.err;
+  EXPECT_NE(two.out.find(note), std::string::npos) << two.out;
+  EXPECT_NE(two.out.find("this is not the 2-thread step"), std::string::npos) << two.out;
+  auto one = run(bench + "--what step --threads 1");
+  ASSERT_EQ(one.code, 0) << one.err;
+  EXPECT_NE(one.out.find("\nstep: "), std::string::npos) << one.out;
+  EXPECT_EQ(one.out.find(note), std::string::npos) << one.out;
+  auto pipe = run(bench + "--what pipelined --pp 2 --threads 2");
+  ASSERT_EQ(pipe.code, 0) << pipe.err;
+  EXPECT_NE(pipe.out.find("\nstep: "), std::string::npos) << pipe.out;
+  EXPECT_EQ(pipe.out.find(note), std::string::npos) << pipe.out;
+}
+
 // bench --what gemm: one row per size, n and the rate consistent with 2 n^3 flops per product
 // (the rate's value is the machine's, never asserted).
 TEST_F(Cli, BenchGemmPrintsARowPerSizeWithItsRate) {

@@ -27,6 +27,7 @@
 #include "kernels/precision.h"
 #include "kernels/threads.h"
 #include "kernels/vector_kernels.h"
+#include "reference/trainer.h"
 
 namespace parity::harness {
 
@@ -174,7 +175,8 @@ void print_breakdown(const BenchOptions& o, const StepTimes& times) {
               "from the shapes: 2 per weight per token, x3 for the backward, MLA and KDA "
               "cores, AdamW)\n", total_gflop, total_gflop / total,
               100.0 * total_gflop / total / peak_dt);
-  if (o.what != spec::BenchTarget::Pipelined && o.run.threads > 1 && o.run.microbatches > 1)
+  if (o.what != spec::BenchTarget::Pipelined &&
+      reference::side_by_side_lanes(train_config(o.run)) > 1)
     std::printf("note: the per-family clock runs the micro-batches one after the other (the "
                 "reference trainer runs them side by side only without it), so this is not "
                 "the %d-thread step: measure that without --breakdown\n", o.run.threads);

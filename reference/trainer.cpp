@@ -108,15 +108,17 @@ std::vector<at::Tensor> ReferenceTrainer::forward_only(int64_t s) {
   return losses;
 }
 
+int side_by_side_lanes(const TrainConfig& cfg) {
+  if (cfg.threads <= 1 || cfg.microbatches <= 1 || !at::Device(cfg.device).is_cpu()) return 1;
+  return std::min(cfg.threads, cfg.microbatches);
+}
+
 int ReferenceTrainer::lanes_for(int64_t s) const {
   // The ledgers and faults record per micro-batch, and the op-family clock (bench
   // --breakdown) follows one thread.
   const bool per_microbatch_records = cfg_.ledger_on(s) || kernels::memory_recording() ||
                                       !faults_.empty() || kernels::family_clock_running();
-  if (cfg_.threads <= 1 || cfg_.microbatches <= 1 || per_microbatch_records ||
-      !at::Device(cfg_.device).is_cpu())
-    return 1;
-  return std::min(cfg_.threads, cfg_.microbatches);
+  return per_microbatch_records ? 1 : side_by_side_lanes(cfg_);
 }
 
 ReferenceTrainer::Lanes ReferenceTrainer::make_lanes(int n, const std::vector<at::Tensor>& compute) {

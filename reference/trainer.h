@@ -40,6 +40,11 @@ using kernels::GradAccum;
 using kernels::TrainConfig;
 using kernels::effective_grad_accum;
 
+// How many micro-batches a reference step of this shape runs at once (1: one after another):
+// min(threads, micro-batches) on CPU, else 1. A step that records per micro-batch (the ledger,
+// memory recording, faults, the op-family clock) runs them one after another whatever this says.
+int side_by_side_lanes(const TrainConfig& cfg);
+
 class ReferenceTrainer {
  public:
   // init: fp32 master parameters in FQN order (from init_params or a checkpoint).

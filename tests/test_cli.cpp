@@ -650,6 +650,10 @@ TEST_F(Cli, BenchBreakdownSaysWhenItIsNotTheThreadedStep) {
   ASSERT_EQ(one.code, 0) << one.err;
   EXPECT_NE(one.out.find("\nstep: "), std::string::npos) << one.out;
   EXPECT_EQ(one.out.find(note), std::string::npos) << one.out;
+  auto single = run(bench + "--what step --threads 2 --microbatches 1");
+  ASSERT_EQ(single.code, 0) << single.err;
+  EXPECT_NE(single.out.find("\nstep: "), std::string::npos) << single.out;
+  EXPECT_EQ(single.out.find(note), std::string::npos) << single.out;
   auto pipe = run(bench + "--what pipelined --pp 2 --threads 2");
   ASSERT_EQ(pipe.code, 0) << pipe.err;
   EXPECT_NE(pipe.out.find("\nstep: "), std::string::npos) << pipe.out;

@@ -22,6 +22,7 @@
 #include "kernels/config.h"
 #include "kernels/params.h"
 #include "kernels/threads.h"
+#include "reference/trainer.h"
 #include "tests/synthetic.h"
 #include "tests/trainer_runs.h"
 
@@ -78,6 +79,25 @@ TEST_P(ThreadCount, ReferenceSideBySideHoldsWithOddMicroBatchesReplicasAndCheckp
   kernels::pin_threads(1);
   testing::expect_steps_move(one);
   testing::expect_bitwise(one, two, init().names(), 2, "reference, 3 mb x dp 2, --ac layer");
+}
+
+// The lanes a step's shape allows: one per thread, at most one per micro-batch, and none
+// beside the first on a device other than the CPU.
+TEST(ThreadLanes, TheShapeAllowsOnePerThreadUpToTheMicroBatchesOnCpuOnly) {
+  kernels::TrainConfig c;
+  const struct {
+    int threads, microbatches;
+    const char* device;
+    int lanes;
+  } cases[] = {{1, 4, "cpu", 1}, {2, 4, "cpu", 2}, {2, 1, "cpu", 1}, {4, 3, "cpu", 3},
+               {8, 8, "cpu", 8}, {2, 4, "cuda", 1}, {2, 4, "cuda:0", 1}};
+  for (const auto& k : cases) {
+    c.threads = k.threads;
+    c.microbatches = k.microbatches;
+    c.device = k.device;
+    EXPECT_EQ(reference::side_by_side_lanes(c), k.lanes)
+        << k.threads << " threads, " << k.microbatches << " micro-batches, " << k.device;
+  }
 }
 
 // A body's exception reaches the caller after every lane has run.

@@ -340,6 +340,52 @@ struct GroupedProjectFunction : torch::autograd::Function<GroupedProjectFunction
   }
 };
 
+// grouped_project() on ATen's products, where parity's fp32 GEMM does not run (bf16, fp64,
+// PARITY_GEMM=aten; CPU). What project() per group computes through autograd, group by group:
+// y_e = mm(x_e, w[e]^T); for the row-major x_e and the column-major w[e]^T, Mm's backward
+// forms dx_e = mm(dy_e, w[e]) and dw[e] = mm(dy_e^T, x_e) (transposed back). The same calls on
+// the same operands, so the same values; but each result is written into its place, with
+// one node for all groups instead of, per group, a product node, a select whose backward
+// makes a zero tensor of all of w, and the engine's sum of those E tensors.
+struct AtenGroupedProjectFunction : torch::autograd::Function<AtenGroupedProjectFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            const at::Tensor& w, std::vector<int64_t> counts) {
+    auto y = at::empty({x.size(0), w.size(1)}, x.options());
+    for_each_group(counts, [&](int64_t e, int64_t first, int64_t rows) {
+      y.narrow(0, first, rows).copy_(at::mm(x.narrow(0, first, rows), w[e].t()));
+    });
+    ctx->save_for_backward({x, w});
+    ctx->saved_data["counts"] = counts;
+    return y;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &x = saved[0], &w = saved[1];
+    const auto counts = ctx->saved_data["counts"].toIntVector();
+    const auto& dy = grads[0];
+    at::Tensor dx, dw;
+    if (ctx->needs_input_grad(0)) dx = at::empty(x.sizes(), x.options());
+    // A group without rows takes no part in y: its dw[e] stays +0.
+    if (ctx->needs_input_grad(1)) dw = at::zeros(w.sizes(), w.options());
+    for_each_group(counts, [&](int64_t e, int64_t first, int64_t rows) {
+      const auto dy_e = dy.narrow(0, first, rows);
+      if (dx.defined()) dx.narrow(0, first, rows).copy_(at::mm(dy_e, w[e]));
+      if (dw.defined()) dw[e].copy_(at::mm(dy_e.t(), x.narrow(0, first, rows)));
+    });
+    return {dx, dw, at::Tensor()};
+  }
+
+  // f(e, first row, rows) for each group with rows, in group order.
+  template <class F>
+  static void for_each_group(const std::vector<int64_t>& counts, F f) {
+    int64_t first = 0;
+    for (size_t e = 0; e < counts.size(); first += counts[e], ++e)
+      if (counts[e] > 0) f(static_cast<int64_t>(e), first, counts[e]);
+  }
+};
+
 }  // namespace
 
 at::Tensor grouped_project(const at::Tensor& x, const at::Tensor& w,
@@ -362,6 +408,9 @@ at::Tensor grouped_project(const at::Tensor& x, const at::Tensor& w,
   if (ours)
     if (const auto isa = gemm::chosen_isa())
       return GroupedProjectFunction::apply(x, w, counts, int64_t(*isa));
+  if (x.is_cpu() && w.is_cpu() && x.scalar_type() == w.scalar_type() && x.numel() > 0 &&
+      w.numel() > 0)
+    return AtenGroupedProjectFunction::apply(x, w, counts);
   // The readable form: each group's rows through project(), concatenated.
   const auto parts = x.split_with_sizes(counts);
   std::vector<at::Tensor> ys;

@@ -33,8 +33,9 @@ at::Tensor batched_project(const at::Tensor& x_GMI, const at::Tensor& w_GOI);
 // project() on rows grouped by expert: rows [s_e, s_e + counts[e]) of x, s_e the sum of the
 // counts before e, times w[e]^T. x_RI, w_EOI, counts (E of them, summing to R) -> y_RO. Each
 // group's product is project()'s on its rows, the same bits; in fp32 on CPU all groups run in
-// one parallel region (the routed experts' small products split between the threads); elsewhere
-// project() per group.
+// one parallel region (the routed experts' small products split between the threads); in the
+// other dtypes on CPU, ATen's products of project() per group, written in place under one
+// autograd node; elsewhere project() per group.
 at::Tensor grouped_project(const at::Tensor& x_RI, const at::Tensor& w_EOI,
                            const std::vector<int64_t>& counts);
 

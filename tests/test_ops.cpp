@@ -952,6 +952,46 @@ TEST(GemmBitwise, GroupedProjectIsTheChainOfEachGroup) {
   }
 }
 
+// grouped_project() in bf16 and fp64 on CPU (ATen's products, written in place): y, dx and dw
+// bitwise those of its readable form, project() on each group's rows, concatenated (randn
+// operands: no product is exactly zero, so the readable form's sum of each group's dw with the
+// other groups' zeros changes no sign); a group without rows gets dw[e] = +0.
+TEST(GroupedProject, OtherDtypesAreProjectPerGroupBitwise) {
+  const std::vector<int64_t> counts{7, 0, 12, 5};
+  const int64_t R = 24, I = 40, O = 56, E = 4;
+  for (auto dtype : {at::kBFloat16, at::kDouble}) {
+    auto gen = at::detail::createCPUGenerator(11);
+    const auto x_base = at::randn({R, I}, gen).to(dtype), w_base = at::randn({E, O, I}, gen).to(dtype);
+    const auto dy = at::randn({R, O}, gen).to(dtype);
+    auto run = [&](bool readable) {
+      auto x = x_base.clone().requires_grad_(true), w = w_base.clone().requires_grad_(true);
+      at::Tensor y;
+      if (readable) {
+        const auto parts = x.split_with_sizes(counts);
+        std::vector<at::Tensor> ys;
+        for (int64_t e = 0; e < E; ++e)
+          if (counts[e] > 0) ys.push_back(k::project(parts[e], w[e]));
+        y = at::cat(ys, 0);
+      } else {
+        y = k::grouped_project(x, w, counts);
+        EXPECT_NE(y.grad_fn()->name().find("AtenGroupedProjectFunction"), std::string::npos)
+            << y.grad_fn()->name();
+      }
+      y.backward(dy);
+      return std::vector<at::Tensor>{y.detach(), x.grad(), w.grad()};
+    };
+    const auto ours = run(false), readable = run(true);
+    const auto bits = dtype == at::kDouble ? at::kLong : at::kShort;
+    const char* names[] = {"y", "dx", "dw"};
+    for (int t = 0; t < 3; ++t)
+      EXPECT_TRUE(at::equal(ours[t].view(bits), readable[t].view(bits)))
+          << names[t] << " in " << at::toString(dtype);
+    const auto empty = ours[2][1];
+    EXPECT_TRUE(at::equal(empty, at::zeros_like(empty))) << at::toString(dtype);
+    EXPECT_FALSE(empty.signbit().any().item<bool>()) << "dw of the empty group is +0";
+  }
+}
+
 // grouped_project() refuses counts that do not cover x's rows, naming them.
 TEST(GroupedProject, RejectsCountsThatDoNotSumToTheRows) {
   auto x = at::zeros({5, 3}), w = at::zeros({2, 4, 3});

@@ -275,6 +275,15 @@ struct BatchedProjectFunction : torch::autograd::Function<BatchedProjectFunction
   }
 };
 
+// f(e, rows, first) for each group e in order, first its first row; the groups without rows
+// only when `keep_empty`.
+template <class F>
+void for_each_group(const std::vector<int64_t>& counts, bool keep_empty, const F& f) {
+  int64_t first = 0;
+  for (size_t e = 0; e < counts.size(); first += counts[e], ++e)
+    if (keep_empty || counts[e] > 0) f(static_cast<int64_t>(e), counts[e], first);
+}
+
 // One product per group of rows, make(e, rows, first) for group e of `rows` rows from row
 // `first` (first = counts[0] + .. + counts[e-1]); groups without rows are left out unless
 // `keep_empty`.
@@ -283,9 +292,9 @@ std::vector<Product> group_products(const std::vector<int64_t>& counts, bool kee
                                     const Make& make) {
   std::vector<Product> group;
   group.reserve(counts.size());
-  int64_t first = 0;
-  for (size_t e = 0; e < counts.size(); first += counts[e], ++e)
-    if (keep_empty || counts[e] > 0) group.push_back(make(static_cast<int64_t>(e), counts[e], first));
+  for_each_group(counts, keep_empty, [&](int64_t e, int64_t rows, int64_t first) {
+    group.push_back(make(e, rows, first));
+  });
   return group;
 }
 
@@ -351,7 +360,7 @@ struct AtenGroupedProjectFunction : torch::autograd::Function<AtenGroupedProject
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
                             const at::Tensor& w, std::vector<int64_t> counts) {
     auto y = at::empty({x.size(0), w.size(1)}, x.options());
-    for_each_group(counts, [&](int64_t e, int64_t first, int64_t rows) {
+    for_each_group(counts, false, [&](int64_t e, int64_t rows, int64_t first) {
       y.narrow(0, first, rows).copy_(at::mm(x.narrow(0, first, rows), w[e].t()));
     });
     ctx->save_for_backward({x, w});
@@ -369,20 +378,12 @@ struct AtenGroupedProjectFunction : torch::autograd::Function<AtenGroupedProject
     if (ctx->needs_input_grad(0)) dx = at::empty(x.sizes(), x.options());
     // A group without rows takes no part in y: its dw[e] stays +0.
     if (ctx->needs_input_grad(1)) dw = at::zeros(w.sizes(), w.options());
-    for_each_group(counts, [&](int64_t e, int64_t first, int64_t rows) {
+    for_each_group(counts, false, [&](int64_t e, int64_t rows, int64_t first) {
       const auto dy_e = dy.narrow(0, first, rows);
       if (dx.defined()) dx.narrow(0, first, rows).copy_(at::mm(dy_e, w[e]));
       if (dw.defined()) dw[e].copy_(at::mm(dy_e.t(), x.narrow(0, first, rows)));
     });
     return {dx, dw, at::Tensor()};
-  }
-
-  // f(e, first row, rows) for each group with rows, in group order.
-  template <class F>
-  static void for_each_group(const std::vector<int64_t>& counts, F f) {
-    int64_t first = 0;
-    for (size_t e = 0; e < counts.size(); first += counts[e], ++e)
-      if (counts[e] > 0) f(static_cast<int64_t>(e), first, counts[e]);
   }
 };
 

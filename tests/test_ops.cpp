@@ -886,6 +886,18 @@ TEST(GemmBitwise, BatchedProjectIsTheChainOfEachMatrix) {
   for (int t = 0; t < 3; ++t) EXPECT_TRUE(at::equal(one[t], two[t])) << "output " << t;
 }
 
+// grouped_project(x, w, counts), or its readable form: project() on each group's rows, the
+// results concatenated.
+at::Tensor grouped_or_readable(const at::Tensor& x, const at::Tensor& w,
+                               const std::vector<int64_t>& counts, bool readable) {
+  if (!readable) return k::grouped_project(x, w, counts);
+  const auto parts = x.split_with_sizes(counts);
+  std::vector<at::Tensor> ys;
+  for (size_t e = 0; e < counts.size(); ++e)
+    if (counts[e] > 0) ys.push_back(k::project(parts[e], w[static_cast<int64_t>(e)]));
+  return at::cat(ys, 0);
+}
+
 // grouped_project() in fp32 on CPU: each group's rows of y, of dx, and each group's dw, the
 // chain of its definition on the group's rows (a group without rows: dw[e] = +0 and no rows);
 // equal, bitwise, to project() on each group's rows (its readable form); and one thread or two
@@ -903,16 +915,7 @@ TEST(GemmBitwise, GroupedProjectIsTheChainOfEachGroup) {
   auto run = [&](int threads, bool readable) {
     at::set_num_threads(threads);
     auto x = x_base.clone().requires_grad_(true), w = w_base.clone().requires_grad_(true);
-    at::Tensor y;
-    if (readable) {
-      const auto parts = x.split_with_sizes(counts);
-      std::vector<at::Tensor> ys;
-      for (int64_t e = 0; e < E; ++e)
-        if (counts[e] > 0) ys.push_back(k::project(parts[e], w[e]));
-      y = at::cat(ys, 0);
-    } else {
-      y = k::grouped_project(x, w, counts);
-    }
+    auto y = grouped_or_readable(x, w, counts, readable);
     y.backward(dy);
     at::set_num_threads(1);
     return std::vector<at::Tensor>{y.detach().clone(), x.grad().clone(), w.grad().clone()};
@@ -965,15 +968,8 @@ TEST(GroupedProject, OtherDtypesAreProjectPerGroupBitwise) {
     const auto dy = at::randn({R, O}, gen).to(dtype);
     auto run = [&](bool readable) {
       auto x = x_base.clone().requires_grad_(true), w = w_base.clone().requires_grad_(true);
-      at::Tensor y;
-      if (readable) {
-        const auto parts = x.split_with_sizes(counts);
-        std::vector<at::Tensor> ys;
-        for (int64_t e = 0; e < E; ++e)
-          if (counts[e] > 0) ys.push_back(k::project(parts[e], w[e]));
-        y = at::cat(ys, 0);
-      } else {
-        y = k::grouped_project(x, w, counts);
+      auto y = grouped_or_readable(x, w, counts, readable);
+      if (!readable) {
         EXPECT_NE(y.grad_fn()->name().find("AtenGroupedProjectFunction"), std::string::npos)
             << y.grad_fn()->name();
       }

@@ -51,7 +51,7 @@ class LayerRecompute final : public torch::autograd::Node {
       return t.defined() ? t.detach().requires_grad_(t.requires_grad()) : t;
     };
     LayerState in{leaf(in_.x_BTD), leaf(in_.stack_BTND), in_.docs};
-    NamedTensors w = w_;
+    NamedTensors w = w_;  // handles only: the names are shared
     for (size_t i : own_) w[i] = leaf(w_[i]);
     LayerState out = body_(w, in);
 

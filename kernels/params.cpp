@@ -177,16 +177,41 @@ std::vector<ModuleEntry> module_entries(const ModelConfig& c) {
 }
 
 NamedTensors::NamedTensors(std::vector<std::string> names, std::vector<at::Tensor> tensors)
-    : names_(std::move(names)), tensors_(std::move(tensors)) {
-  if (names_.size() != tensors_.size())
+    : tensors_(std::move(tensors)) {
+  if (names.size() != tensors_.size())
     throw std::invalid_argument("NamedTensors: names and tensors differ in length");
-  for (size_t i = 0; i < names_.size(); ++i) index_.emplace(names_[i], i);
+  if (names.empty()) return;
+  auto shared = std::make_shared<Names>();
+  shared->list = std::move(names);
+  for (size_t i = 0; i < shared->list.size(); ++i) shared->index.emplace(shared->list[i], i);
+  names_ = std::move(shared);
+}
+
+NamedTensors NamedTensors::with(std::vector<at::Tensor> tensors) const {
+  if (tensors.size() != tensors_.size())
+    throw std::invalid_argument("NamedTensors::with: " + std::to_string(tensors.size()) +
+                                " tensors for " + std::to_string(tensors_.size()) + " names");
+  NamedTensors out;
+  out.names_ = names_;
+  out.tensors_ = std::move(tensors);
+  return out;
+}
+
+const std::vector<std::string>& NamedTensors::names() const {
+  static const std::vector<std::string> kNone;
+  return names_ ? names_->list : kNone;
+}
+
+bool NamedTensors::contains(const std::string& fqn) const {
+  return names_ && names_->index.count(fqn) != 0;
 }
 
 size_t NamedTensors::index_of(const std::string& fqn) const {
-  auto it = index_.find(fqn);
-  if (it == index_.end()) throw std::out_of_range("no tensor named '" + fqn + "'");
-  return it->second;
+  if (names_) {
+    auto it = names_->index.find(fqn);
+    if (it != names_->index.end()) return it->second;
+  }
+  throw std::out_of_range("no tensor named '" + fqn + "'");
 }
 
 const at::Tensor& NamedTensors::at(const std::string& fqn) const { return tensors_[index_of(fqn)]; }

@@ -9,6 +9,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -75,27 +76,34 @@ struct InitOptions {
   bool zero_pseudo_queries = false;
 };
 
-// A list of named tensors in FQN order, with lookup by name.
+// A list of named tensors in FQN order, with lookup by name. The names and their index are
+// fixed at construction and shared by every copy, so a copy costs one handle per tensor (the
+// model and the checkpointed layers copy the weights' list per layer and micro-batch).
 class NamedTensors {
  public:
   NamedTensors() = default;
   NamedTensors(std::vector<std::string> names, std::vector<at::Tensor> tensors);
+  // These names (shared, not copied) over other tensors, one per name.
+  NamedTensors with(std::vector<at::Tensor> tensors) const;
 
-  size_t size() const { return names_.size(); }
-  const std::vector<std::string>& names() const { return names_; }
+  size_t size() const { return tensors_.size(); }
+  const std::vector<std::string>& names() const;
   const std::vector<at::Tensor>& tensors() const { return tensors_; }
   std::vector<at::Tensor>& tensors() { return tensors_; }
   const at::Tensor& operator[](size_t i) const { return tensors_[i]; }
   at::Tensor& operator[](size_t i) { return tensors_[i]; }
-  bool contains(const std::string& fqn) const { return index_.count(fqn) != 0; }
+  bool contains(const std::string& fqn) const;
   // Throws std::out_of_range naming the FQN.
   const at::Tensor& at(const std::string& fqn) const;
   size_t index_of(const std::string& fqn) const;
 
  private:
-  std::vector<std::string> names_;
+  struct Names {
+    std::vector<std::string> list;
+    std::unordered_map<std::string, size_t> index;
+  };
+  std::shared_ptr<const Names> names_;  // null when empty
   std::vector<at::Tensor> tensors_;
-  std::unordered_map<std::string, size_t> index_;
 };
 
 // Deterministic fp32 initialisation on the CPU (fp64 for the exact flavors). Each tensor draws

@@ -45,14 +45,14 @@ NamedTensors make_masters(const TrainConfig& cfg, const NamedTensors& init) {
   const auto mdt = master_dtype(cfg.precision);
   std::vector<at::Tensor> masters;
   for (const auto& t : init.tensors()) masters.push_back(t.to(device, mdt).clone());
-  return NamedTensors(init.names(), masters);
+  return init.with(std::move(masters));
 }
 
 NamedTensors make_buffers(const TrainConfig& cfg) {
   auto bufs = init_buffers(cfg.model, cfg.initial_buffers);
   std::vector<at::Tensor> out;
   for (const auto& t : bufs.tensors()) out.push_back(t.to(at::Device(cfg.device)));
-  return NamedTensors(bufs.names(), out);
+  return bufs.with(std::move(out));
 }
 
 void prepare_run(const TrainConfig& cfg) {

@@ -215,7 +215,7 @@ void PipelinedTrainer::step(int64_t s, kernels::StepObserver& observer) {
   const auto t0 = std::chrono::steady_clock::now();
   if (kernels::memory_recording()) kernels::memory_mark("step " + std::to_string(s) + " start", true);
   auto compute = kernels::make_compute_copies(cfg_, master_);
-  const kernels::NamedTensors weights(master_.names(), compute);
+  const kernels::NamedTensors weights = master_.with(compute);
   ledger_.clear();
   // dp replicas one after the other (multi-process: this rank's replica only), each a whole
   // pipeline over its own rows; their gradients are summed in rank order after the last
@@ -327,7 +327,7 @@ void PipelinedTrainer::share_losses(std::vector<std::vector<at::Tensor>>& losses
 std::vector<at::Tensor> PipelinedTrainer::forward_only(int64_t step) {
   at::NoGradGuard no_grad;
   auto compute = kernels::make_compute_copies(cfg_, master_);
-  const kernels::NamedTensors weights(master_.names(), compute);
+  const kernels::NamedTensors weights = master_.with(compute);
   std::vector<std::vector<at::Tensor>> losses(cfg_.dp);
   for (int r = 0; r < cfg_.dp; ++r) {
     if (pc_.comm && r != pc_.comm->rank() / pc_.pp) continue;

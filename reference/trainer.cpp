@@ -93,7 +93,7 @@ ReferenceTrainer::MicroBatch ReferenceTrainer::microbatch(int64_t s, int r, int 
 std::vector<at::Tensor> ReferenceTrainer::forward_only(int64_t s) {
   torch::NoGradGuard no_grad;
   auto compute = kernels::make_compute_copies(cfg_, master_);
-  const NamedTensors weights(master_.names(), compute);
+  const NamedTensors weights = master_.with(compute);
   const int64_t n_global =
       static_cast<int64_t>(cfg_.dp) * cfg_.microbatches * cfg_.rows * data_.seq_len();
   std::vector<at::Tensor> losses;
@@ -139,12 +139,12 @@ ReferenceTrainer::Lanes ReferenceTrainer::make_lanes(int n, const std::vector<at
                                                   torch::autograd::deleteNode);
       torch::autograd::set_history(leaves.back(), node);
     }
-    lanes.weights.emplace_back(master_.names(), std::move(leaves));
+    lanes.weights.push_back(master_.with(std::move(leaves)));
     lanes.delivered.push_back(std::move(delivered));
     std::vector<at::Tensor> bufs;
     for (size_t b = 0; b < buffers_.size(); ++b)
       bufs.push_back(counter[b] ? at::zeros_like(buffers_[b]) : buffers_[b]);
-    lanes.buffers.emplace_back(buffers_.names(), std::move(bufs));
+    lanes.buffers.push_back(buffers_.with(std::move(bufs)));
   }
   lanes.counter = std::move(counter);
   return lanes;
@@ -205,7 +205,7 @@ void ReferenceTrainer::step(int64_t s, kernels::StepObserver& observer) {
 
   if (kernels::memory_recording()) kernels::memory_mark("step " + std::to_string(s) + " start", true);
   auto compute = kernels::make_compute_copies(cfg_, master_);
-  const NamedTensors weights(master_.names(), compute);
+  const NamedTensors weights = master_.with(compute);
 
   const int64_t n_global =
       static_cast<int64_t>(cfg_.dp) * cfg_.microbatches * cfg_.rows * data_.seq_len();

@@ -2,7 +2,8 @@
 // torchtitan's block (docs/design.md section 10; bitwise); causality (changing token t leaves the
 // logits at positions < t unchanged up to reduction order, fp64); in fp64 the loss and
 // parameter gradients of a 2-row batch equal the sums over the rows run one at a time; and in
-// fp64 the chunked loss (ChunkedLossWrapper) and its gradients equal the unchunked ones.
+// fp64 the chunked loss (ChunkedLossWrapper) and its gradients equal the unchunked ones; the
+// weights' list (NamedTensors) shares its names between copies.
 //
 // The bitwise checks are the tests named *Bitwise*; every other test is a tolerance test whose
 // bound is derived next to it. All inputs come from fixed seeds.
@@ -55,6 +56,37 @@ k::NamedTensors tiny_params(const k::ModelConfig& cfg, at::ScalarType dt) {
     ts.back() = ts.back().to(dt);
   }
   return k::NamedTensors(p.names(), ts);
+}
+
+// NamedTensors (kernels/params.h): with() and copies share the names and their index, and each
+// list holds its own tensor handles.
+TEST(NamedTensors, WithSharesTheNamesAndKeepsItsOwnTensors) {
+  const auto p = k::init_params(k::flavor("tiny"), 0);
+  std::vector<at::Tensor> doubled;
+  for (const auto& t : p.tensors()) doubled.push_back(2 * t);
+  auto q = p.with(doubled);
+  EXPECT_EQ(&q.names(), &p.names());  // shared, not copied
+  ASSERT_EQ(q.size(), p.size());
+  for (size_t i = 0; i < p.size(); ++i) {
+    EXPECT_EQ(q.index_of(p.names()[i]), i);
+    EXPECT_TRUE(at::equal(q.at(p.names()[i]), 2 * p[i])) << p.names()[i];
+  }
+  auto copy = q;
+  copy[0] = at::zeros_like(q[0]);
+  EXPECT_TRUE(at::equal(q[0], 2 * p[0])) << "a copy's handles changed the original's";
+  try {
+    (void)p.with({p[0]});
+    FAIL() << "one tensor for " << p.size() << " names was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("1 tensors for " + std::to_string(p.size()) + " names"),
+              std::string::npos)
+        << e.what();
+  }
+  const k::NamedTensors none;
+  EXPECT_EQ(none.size(), 0u);
+  EXPECT_TRUE(none.names().empty());
+  EXPECT_FALSE(none.contains(p.names()[0]));
+  EXPECT_THROW((void)none.at(p.names()[0]), std::out_of_range);
 }
 
 at::Tensor logits_of(const k::Model& model, const k::NamedTensors& w, const k::NamedTensors& b,

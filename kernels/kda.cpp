@@ -103,11 +103,14 @@ E* row_head(const at::Tensor& t, int64_t bh) {
 }
 
 // The fused core as an autograd Function: forward saves q, k, beta, the decay a = exp(g),
-// the chunk entering states and r; backward runs kda_core::backward on them.
+// the chunk entering states and r; backward runs kda_core::backward on them. When no backward
+// can follow (`saves` false: grad mode off, or no input requires grad) the forward writes no
+// states and no r.
 struct KdaFusedFunction : torch::autograd::Function<KdaFusedFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q_in,
                             const at::Tensor& k_in, const at::Tensor& v_in,
-                            const at::Tensor& g_in, const at::Tensor& beta_in, int64_t chunk) {
+                            const at::Tensor& g_in, const at::Tensor& beta_in, int64_t chunk,
+                            bool saves) {
     auto q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous(),
          g = g_in.contiguous(), beta = beta_in.contiguous();
     const int64_t B = q.size(0), H = q.size(1), T = q.size(2), K = q.size(3), V = v.size(3);
@@ -116,18 +119,24 @@ struct KdaFusedFunction : torch::autograd::Function<KdaFusedFunction> {
     const int64_t n_state = kda_core::state_elems(s, fp64),
                   Vp = kda_core::padded(V, fp64);
     auto o = at::empty({B, H, T, V}, v.options());
-    auto states = at::empty({B, H, n_state}, v.options());
-    auto r = at::empty({B, H, T, Vp}, v.options());
+    at::Tensor states, r;
+    if (saves) {
+      states = at::empty({B, H, n_state}, v.options());
+      r = at::empty({B, H, T, Vp}, v.options());
+    }
     auto a = at::empty_like(g);
     AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "kda_fused_forward", [&] {
       parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
         for (int64_t bh = begin; bh < end; ++bh) {
-          const auto slice = [bh](const at::Tensor& t) { return row_head<scalar_t>(t, bh); };
+          const auto slice = [bh](const at::Tensor& t) {
+            return t.defined() ? row_head<scalar_t>(t, bh) : nullptr;
+          };
           kda_core::forward(s, slice(q), slice(k), slice(v), slice(g), slice(beta), slice(o),
                             slice(states), slice(r), slice(a));
         }
       });
     });
+    if (!saves) return o;
     ctx->save_for_backward({q, k, a, beta, states, r});
     ctx->saved_data["chunk"] = chunk;
     ctx->saved_data["V"] = V;
@@ -137,6 +146,8 @@ struct KdaFusedFunction : torch::autograd::Function<KdaFusedFunction> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
+    if (saved.size() != 6)
+      throw std::logic_error("kda_fused: a backward after a forward that saved nothing");
     const auto &q = saved[0], &k = saved[1], &a = saved[2], &beta = saved[3],
                &states = saved[4], &r = saved[5];
     const int64_t B = q.size(0), H = q.size(1), T = q.size(2), K = q.size(3);
@@ -155,7 +166,7 @@ struct KdaFusedFunction : torch::autograd::Function<KdaFusedFunction> {
         }
       });
     });
-    return {dq, dk, dv, dg, dbeta, at::Tensor()};
+    return {dq, dk, dv, dg, dbeta, at::Tensor(), at::Tensor()};
   }
 };
 
@@ -174,7 +185,13 @@ at::Tensor kda_fused(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
               "kda_fused: q, k, g [B,H,T,K], v [B,H,T,V], beta [B,H,T]");
   TORCH_CHECK(chunk > 0, "kda_fused: chunk must be positive");
   TORCH_CHECK(q.is_cpu(), "kda_fused is a CPU kernel; on CUDA use kda_chunked");
-  return KdaFusedFunction::apply(q, k, v, g, beta, chunk);
+  // The condition under which apply() records a backward node.
+  bool saves = at::GradMode::is_enabled();
+  if (saves) {
+    saves = false;
+    for (const auto* t : {&q, &k, &v, &g, &beta}) saves = saves || t->requires_grad();
+  }
+  return KdaFusedFunction::apply(q, k, v, g, beta, chunk, saves);
 }
 
 at::Tensor kda_form(KdaImpl impl, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

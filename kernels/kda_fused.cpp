@@ -133,7 +133,7 @@ PARITY_INLINE void forward_tile(const Shape& s, int64_t Kp, int64_t Vp, int64_t 
   const int64_t K = s.K;
   std::fill(S, S + K * NV * W, E(0));
   for (int64_t t = 0; t < s.T; ++t) {
-    if (t % s.chunk == 0) {  // the state entering chunk t / chunk
+    if (states != nullptr && t % s.chunk == 0) {  // the state entering chunk t / chunk
       E* dst = states + (t / s.chunk) * Kp * Vp + j0;
       for (int64_t i = 0; i < K; ++i) std::memcpy(dst + i * Vp, S + i * NV * W, sizeof(E) * NV * W);
       for (int64_t i = K; i < Kp; ++i) std::fill(dst + i * Vp, dst + i * Vp + NV * W, E(0));
@@ -153,7 +153,7 @@ PARITY_INLINE void forward_tile(const Shape& s, int64_t Kp, int64_t Vp, int64_t 
     }
     for (int c = 0; c < NV; ++c) {  // r = v - w;  u = beta r
       const Vec<E> rr = load(vpad + t * Vp + j0 + c * W) - w[c];
-      store(r + t * Vp + j0 + c * W, rr);
+      if (r != nullptr) store(r + t * Vp + j0 + c * W, rr);
       u[c] = rr * beta[t];
       o[c] = zeros<E>();
     }

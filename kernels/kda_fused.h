@@ -33,7 +33,8 @@ int64_t state_elems(const Shape& s, bool fp64);
 
 // One (row, head). q, k, g: [T, K]; v: [T, V]; beta: [T] (contiguous). Writes o [T, V],
 // states [ceil(T/chunk), Kp, Vp] (the state entering each chunk), r [T, Vp] and the decay
-// a = exp(g) [T, K].
+// a = exp(g) [T, K]. states and r may both be null (a forward no backward follows): o and a
+// get the same bits, and nothing is saved.
 void forward(const Shape& s, const float* q, const float* k, const float* v, const float* g,
              const float* beta, float* o, float* states, float* r, float* a);
 void forward(const Shape& s, const double* q, const double* k, const double* v,

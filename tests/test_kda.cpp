@@ -615,6 +615,32 @@ TEST(KdaFusedBitwise, CheckpointIntervalChangesNoBit) {
     EXPECT_TRUE(same_bits(base, fused(chunk))) << "checkpoint every " << chunk << " tokens";
 }
 
+// Bitwise: a forward no backward can follow (grad mode off, or no input requiring grad) saves
+// no states and gives the output of the saving forward, bit for bit. fp32 and fp64, T = 100,
+// V = 72 (not whole vectors).
+TEST(KdaFusedBitwise, ForwardWithoutBackwardKeepsTheBits) {
+  auto c = core_inputs(2, 2, 100, 64, 72, 330);
+  for (auto dt : {at::kFloat, at::kDouble}) {
+    std::vector<at::Tensor> L, plain;
+    for (auto& t : c.list()) {
+      L.push_back(t.to(dt).requires_grad_(true));
+      plain.push_back(t.detach().to(dt));
+    }
+    const auto saving = k::kda_fused(L[0], L[1], L[2], L[3], L[4], 16);
+    ASSERT_TRUE(saving.requires_grad());
+    at::Tensor no_grad;
+    {
+      at::NoGradGuard guard;
+      no_grad = k::kda_fused(L[0], L[1], L[2], L[3], L[4], 16);
+    }
+    const auto no_input = k::kda_fused(plain[0], plain[1], plain[2], plain[3], plain[4], 16);
+    EXPECT_FALSE(no_grad.requires_grad());
+    EXPECT_FALSE(no_input.requires_grad());
+    EXPECT_TRUE(torch::equal(saving.detach(), no_grad)) << dt << ": grad mode off";
+    EXPECT_TRUE(torch::equal(saving.detach(), no_input)) << dt << ": no input requires grad";
+  }
+}
+
 // The mixer with the fused core matches the recurrent one (fp64); the bound is the one of
 // ChunkedMatchesRecurrentFp64, with the fused depth 2T(2K+8) u = 1.1e-13 for T = 21, K = 8.
 TEST(KdaMixer, FusedMatchesRecurrentFp64) {

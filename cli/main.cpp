@@ -16,6 +16,7 @@
 #include "matrix/runner.h"
 #include "harness/process.h"
 #include "harness/version.h"
+#include "kernels/host_allocator.h"
 #include "kernels/vector_kernels.h"
 #include "spec/printable.h"
 #include "spec/bad_input.h"
@@ -30,9 +31,9 @@ bool is_bad_input(const std::exception& e) {
 
 // Training allocates and frees the same large tensors every micro-batch. glibc's defaults
 // return each one to the kernel and fault it back in page by page (a quarter of a debugmodel
-// step). For the commands that train, run again once with the allocator told to keep freed
-// memory (trim and mmap thresholds) and to back its heap with transparent huge pages; this
-// changes no result. Those commands also get OpenBLAS's AVX-512 GEMM kernels where OpenBLAS
+// step). Where glibc serves malloc (a build without jemalloc, cli/CMakeLists.txt), the commands
+// that train run again once with it told to keep freed memory (trim and mmap thresholds) and
+// to back its heap with transparent huge pages; this changes no result. Those commands also get OpenBLAS's AVX-512 GEMM kernels where OpenBLAS
 // would run AVX2 ones on an AVX-512 CPU, which OpenBLAS only reads when it loads; every command
 // gets ATen's AVX-512 kernels there (kernels/vector_kernels.h). What the user set is left
 // alone. After a failed exec the process goes on as it started, and its children too.
@@ -41,7 +42,8 @@ void tune_process(int argc, char** argv) {
   const bool trains = command == "train" || command == "bench" || command == "gate" ||
                       command == "closed-form" || command == "truth" || command == "memory";
   const bool blas = parity::kernels::apply_vector_kernels(trains);
-  const bool allocator = trains && std::getenv("GLIBC_TUNABLES") == nullptr;
+  const bool allocator = trains && !parity::kernels::malloc_is_jemalloc() &&
+                         std::getenv("GLIBC_TUNABLES") == nullptr;
   if (allocator)
     setenv("GLIBC_TUNABLES",
            "glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=33554432:"

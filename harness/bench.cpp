@@ -19,6 +19,7 @@
 #include "dumps/dump.h"
 #include "harness/errors.h"
 #include "harness/run.h"
+#include "kernels/host_allocator.h"
 #include "kernels/kda.h"
 #include "kernels/model.h"
 #include "kernels/op_family.h"
@@ -167,14 +168,17 @@ void print_breakdown(const BenchOptions& o, const StepTimes& times) {
   }
   std::printf("%-12s %10.1f %6.1f%% %12.2f %10.1f\n", "step", total * 1e3, 100.0, total_gflop,
               total_gflop / total);
-  std::printf("GEMM peak here (project(), %d thread(s), %s): fp32 n=1024 %.1f GFLOP/s",
-              o.run.threads, kernels::vector_kernels_text().c_str(), peak32);
+  std::printf("GEMM peak here (project(), %d thread(s), %s; malloc %s): fp32 n=1024 %.1f GFLOP/s",
+              o.run.threads, kernels::vector_kernels_text().c_str(),
+              kernels::malloc_text().c_str(), peak32);
   if (dt != at::kFloat) std::printf(", %s n=1024 %.1f GFLOP/s", spec::to_string(o.run.dtype), peak_dt);
   std::printf(", %s n=256 %.1f GFLOP/s\n", spec::to_string(o.run.dtype), peak256);
-  std::printf("step: %.1f GFLOP at %.1f GFLOP/s = %.0f%% of the n=1024 peak (FLOPs counted "
-              "from the shapes: 2 per weight per token, x3 for the backward, MLA and KDA "
-              "cores, AdamW)\n", total_gflop, total_gflop / total,
-              100.0 * total_gflop / total / peak_dt);
+  std::printf("step: %.1f GFLOP at %.1f GFLOP/s = %.0f%% of the n=1024 peak", total_gflop,
+              total_gflop / total, 100.0 * total_gflop / total / peak_dt);
+  if (dt != at::kFloat)
+    std::printf(" (%.0f%% of the fp32 one)", 100.0 * total_gflop / total / peak32);
+  std::printf(" (FLOPs counted from the shapes: 2 per weight per token, x3 for the backward, "
+              "MLA and KDA cores, AdamW)\n");
   if (o.what != spec::BenchTarget::Pipelined &&
       reference::side_by_side_lanes(train_config(o.run)) > 1)
     std::printf("note: the per-family clock runs the micro-batches one after the other (the "

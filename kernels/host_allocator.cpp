@@ -3,6 +3,8 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
 
+#include <dlfcn.h>
+
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -103,5 +105,30 @@ void install_host_allocator(size_t cap) {
 }
 
 HostCacheStats host_cache_stats() { return HostCache::instance().stats(); }
+
+namespace {
+
+// jemalloc's mallctl, where jemalloc is in the process: int(name, old, old_len, new, new_len).
+using MallctlFn = int (*)(const char*, void*, size_t*, void*, size_t);
+
+MallctlFn find_mallctl() {
+  return reinterpret_cast<MallctlFn>(dlsym(RTLD_DEFAULT, "mallctl"));
+}
+
+}  // namespace
+
+bool malloc_is_jemalloc() { return find_mallctl() != nullptr; }
+
+std::string malloc_text() {
+  const MallctlFn mallctl = find_mallctl();
+  if (!mallctl) return "glibc";
+  const char* version = nullptr;
+  size_t len = sizeof(version);
+  if (mallctl("version", &version, &len, nullptr, 0) != 0 || !version) return "jemalloc";
+  // "5.3.0-0-g54eaed1d8b56...": the release, without the build's git suffix.
+  std::string v(version);
+  const size_t dash = v.find('-');
+  return "jemalloc " + v.substr(0, dash);
+}
 
 }  // namespace parity::kernels

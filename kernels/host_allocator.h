@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace parity::kernels {
 
@@ -37,5 +38,11 @@ HostCacheStats host_cache_stats();
 // The size class of a request of n >= kHostCacheMinBytes bytes: n rounded up to a multiple of
 // 2^(floor(log2 n) - 3).
 size_t host_cache_class_bytes(size_t n);
+
+// The malloc this process runs: "jemalloc VERSION" where jemalloc serves malloc (the `parity`
+// binary links it when the build found it, cli/CMakeLists.txt; or it was preloaded), else
+// "glibc". Found at run time, by jemalloc's own control entry point.
+std::string malloc_text();
+bool malloc_is_jemalloc();
 
 }  // namespace parity::kernels

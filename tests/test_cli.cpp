@@ -213,6 +213,15 @@ TEST_F(Cli, TheVectorKernelsTheUserSetAreKeptAndNamed) {
   EXPECT_NE(scalar.out.find("(fp32 GEMM parity scalar, "), std::string::npos) << scalar.out;
 }
 
+// The malloc the build linked is the one the binary runs (cli/CMakeLists.txt): jemalloc
+// where the build found it, and no restart with glibc's tunables then; glibc's otherwise.
+TEST_F(Cli, TheVersionNamesTheMallocTheBuildLinked) {
+  const auto v = run("--version");
+  ASSERT_EQ(v.code, 0) << v.err;
+  const std::string expected = PARITY_JEMALLOC_LINKED ? "; malloc jemalloc " : "; malloc glibc\n";
+  EXPECT_NE(v.out.find(expected), std::string::npos) << v.out;
+}
+
 TEST_F(Cli, AnUnknownGemmChoiceIsBadInputThatNamesTheChoices) {
   const auto r = run("train --flavor tiny --steps 1 --seq-len 16", "PARITY_GEMM=avx1024");
   EXPECT_EQ(r.code, 2) << r.err;

@@ -33,10 +33,11 @@ bool is_bad_input(const std::exception& e) {
 // return each one to the kernel and fault it back in page by page (a quarter of a debugmodel
 // step). Where glibc serves malloc (a build without jemalloc, cli/CMakeLists.txt), the commands
 // that train run again once with it told to keep freed memory (trim and mmap thresholds) and
-// to back its heap with transparent huge pages; this changes no result. Those commands also get OpenBLAS's AVX-512 GEMM kernels where OpenBLAS
-// would run AVX2 ones on an AVX-512 CPU, which OpenBLAS only reads when it loads; every command
-// gets ATen's AVX-512 kernels there (kernels/vector_kernels.h). What the user set is left
-// alone. After a failed exec the process goes on as it started, and its children too.
+// to back its heap with transparent huge pages; this changes no result. Those commands also
+// get OpenBLAS's AVX-512 GEMM kernels where OpenBLAS would run AVX2 ones on an AVX-512 CPU,
+// which OpenBLAS only reads when it loads; every command gets ATen's AVX-512 kernels there
+// (kernels/vector_kernels.h). What the user set is left alone. After a failed exec the process
+// goes on as it started, and its children too.
 void tune_process(int argc, char** argv) {
   const std::string command = argc >= 2 ? argv[1] : "";
   const bool trains = command == "train" || command == "bench" || command == "gate" ||

@@ -168,8 +168,8 @@ void print_breakdown(const BenchOptions& o, const StepTimes& times) {
   }
   std::printf("%-12s %10.1f %6.1f%% %12.2f %10.1f\n", "step", total * 1e3, 100.0, total_gflop,
               total_gflop / total);
-  std::printf("GEMM peak here (project(), %d thread(s), %s; malloc %s): fp32 n=1024 %.1f GFLOP/s",
-              o.run.threads, kernels::vector_kernels_text().c_str(),
+  std::printf("GEMM peak here (project(), %d thread(s), %s; malloc %s): "
+              "fp32 n=1024 %.1f GFLOP/s", o.run.threads, kernels::vector_kernels_text().c_str(),
               kernels::malloc_text().c_str(), peak32);
   if (dt != at::kFloat) std::printf(", %s n=1024 %.1f GFLOP/s", spec::to_string(o.run.dtype), peak_dt);
   std::printf(", %s n=256 %.1f GFLOP/s\n", spec::to_string(o.run.dtype), peak256);

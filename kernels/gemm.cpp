@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <stdexcept>
+#include <string>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -108,44 +110,48 @@ void pack_b(View B, int64_t j0, int64_t n, int64_t k0, int64_t kc, float* dst, T
   }
 }
 
-// The blocked product over columns j0 .. j1 with the tile of Kernel: Kernel::tile(kc, a, b,
-// c, ldc, more) runs MR x NR chains over kc values of k from packed panels a and b, starting
-// from zero, or from c when `more` (the chain continues from the block before).
-template <class Kernel>
-void blocked(int64_t M, int64_t K, View A, View B, float* C, int64_t ldc, int64_t j0,
-             int64_t j1) {
+// The blocked product over columns j0 .. j1 with the tile of Kernel. A block of kc values of k
+// is Kernel::steps(kc) steps of its tile (a step takes one value of k, or a pair);
+// Kernel::pack_b and pack_a pack B's and A's panels of a block into words (Kernel::Word), and
+// Kernel::tile(steps, a, b, c, ldc, more) runs MR x NR chains over them, starting from zero,
+// or from c when `more` (the chain continues from the block before).
+template <class Kernel, class V>
+void blocked(int64_t M, int64_t K, V A, V B, float* C, int64_t ldc, int64_t j0, int64_t j1) {
+  using Word = typename Kernel::Word;
+  static_assert(sizeof(Word) == sizeof(float), "the buffers hold float-sized words");
   constexpr int MR = Kernel::MR, NR = Kernel::NR;
   constexpr int64_t MC = Kernel::MC, KC = Kernel::KC, NC = Kernel::NC;
   thread_local Buffer a_buf, b_buf;
-  float* ap = a_buf.get(MC * KC);
-  float* bp = b_buf.get(KC * NC);
+  auto* ap = reinterpret_cast<Word*>(a_buf.get(MC * Kernel::steps(KC)));
+  auto* bp = reinterpret_cast<Word*>(b_buf.get(Kernel::steps(KC) * NC));
   alignas(64) float edge[MR * NR];
   for (int64_t jc = j0; jc < j1; jc += NC) {
     const int64_t nc = std::min(NC, j1 - jc);
     for (int64_t pc = 0; pc < K; pc += KC) {
-      const int64_t kc = std::min(KC, K - pc);
+      const int64_t kc = std::min(KC, K - pc), steps = Kernel::steps(kc);
       const bool more = pc > 0;
-      pack_b<NR>(B, jc, nc, pc, kc, bp, Kernel::transpose16, Kernel::copy_rows);
+      Kernel::pack_b(B, jc, nc, pc, kc, K, bp);
       for (int64_t ic = 0; ic < M; ic += MC) {
         const int64_t mc = std::min(MC, M - ic);
-        pack_a<MR>(A, ic, mc, pc, kc, ap, Kernel::transpose16);
+        Kernel::pack_a(A, ic, mc, pc, kc, K, ap);
         for (int64_t jr = 0; jr < nc; jr += NR) {
           const int64_t nr = std::min<int64_t>(NR, nc - jr);
           for (int64_t ir = 0; ir < mc; ir += MR) {
             const int64_t mr = std::min<int64_t>(MR, mc - ir);
             float* c = C + (ic + ir) * ldc + jc + jr;
-            const float* a = ap + ir * kc;
-            const float* b = bp + jr * kc;
+            const Word* a = ap + ir * steps;
+            const Word* b = bp + jr * steps;
             if (mr == MR && nr == NR) {
-              Kernel::tile(kc, a, b, c, ldc, more);
+              Kernel::tile(steps, a, b, c, ldc, more);
               continue;
             }
             // An edge tile runs whole on a scratch tile; only its valid part is read and
             // written back (the padded rows and columns are zero and touch nothing else).
+            const size_t row_bytes = sizeof(float) * static_cast<size_t>(nr);
             if (more)
-              for (int64_t i = 0; i < mr; ++i) std::memcpy(edge + i * NR, c + i * ldc, sizeof(float) * nr);
-            Kernel::tile(kc, a, b, edge, NR, more);
-            for (int64_t i = 0; i < mr; ++i) std::memcpy(c + i * ldc, edge + i * NR, sizeof(float) * nr);
+              for (int64_t i = 0; i < mr; ++i) std::memcpy(edge + i * NR, c + i * ldc, row_bytes);
+            Kernel::tile(steps, a, b, edge, NR, more);
+            for (int64_t i = 0; i < mr; ++i) std::memcpy(c + i * ldc, edge + i * NR, row_bytes);
           }
         }
       }
@@ -153,9 +159,24 @@ void blocked(int64_t M, int64_t K, View A, View B, float* C, int64_t ldc, int64_
   }
 }
 
+// The fp32 kernels' steps and packing (one value of k a step).
+template <class Kernel>
+struct Fp32Packing {
+  using Word = float;
+  static constexpr int64_t steps(int64_t kc) { return kc; }
+  static void pack_a(View A, int64_t i0, int64_t m, int64_t k0, int64_t kc, int64_t /*K*/,
+                     float* dst) {
+    gemm::pack_a<Kernel::MR>(A, i0, m, k0, kc, dst, Kernel::transpose16);
+  }
+  static void pack_b(View B, int64_t j0, int64_t n, int64_t k0, int64_t kc, int64_t /*K*/,
+                     float* dst) {
+    gemm::pack_b<Kernel::NR>(B, j0, n, k0, kc, dst, Kernel::transpose16, Kernel::copy_rows);
+  }
+};
+
 #ifdef PARITY_GEMM_X86
 // AVX-512: 12 rows x 32 columns, 24 accumulators.
-struct Avx512 {
+struct Avx512 : Fp32Packing<Avx512> {
   static constexpr int MR = 12, NR = 32;
   static constexpr int64_t MC = 96, KC = 256, NC = 1024;
   __attribute__((target("avx512f"))) static void copy_rows(const float* src, int64_t ld,
@@ -246,7 +267,7 @@ static_assert(kRowAlign % Avx512::MR == 0 && kColumnAlign % Avx512::NR == 0,
               "gemm.h's split alignments keep the AVX-512 tiles whole");
 
 // AVX2 with FMA: 6 rows x 16 columns, 12 accumulators.
-struct Avx2 {
+struct Avx2 : Fp32Packing<Avx2> {
   static constexpr int MR = 6, NR = 16;
   static constexpr int64_t MC = 96, KC = 256, NC = 1024;
   static constexpr Transpose16 transpose16 = nullptr;
@@ -284,6 +305,123 @@ struct Avx2 {
 };
 static_assert(kRowAlign % Avx2::MR == 0 && kColumnAlign % Avx2::NR == 0,
               "gemm.h's split alignments keep the AVX2 tiles whole");
+#endif
+
+// ---------------------------------------------------------------------------------------
+// The bf16 product. Panels hold pairs of k as 32-bit words (the bf16 of k = 2p in the low
+// half, k = 2p + 1 in the high half, as VDPBF16PS reads them): a panel of R rows of X is
+// k-pair-major, R words per pair, rows past `rows` and values of k past K zero. X is A for
+// A's panels and B^T for B's (X(j, k) = B(k, j)).
+
+// The word of X at (r, pair p), from two 16-bit values (zero past K).
+inline uint32_t pair_word(View16 X, int64_t r, int64_t p, int64_t K) {
+  const int64_t k = 2 * p;
+  const uint32_t lo = X.p[r * X.rs + k * X.cs];
+  const uint32_t hi = k + 1 < K ? X.p[r * X.rs + (k + 1) * X.cs] : 0u;
+  return lo | hi << 16;
+}
+
+#ifdef PARITY_GEMM_X86
+struct Bf16Avx512 {
+  static constexpr int MR = 12, NR = 32;
+  // 512 values of k a block: 256 words a panel row, the blocks as many bytes as fp32's.
+  static constexpr int64_t MC = 96, KC = 512, NC = 1024;
+  static_assert(KC % 2 == 0, "a block starts at a pair");
+  using Word = uint32_t;
+  static constexpr int64_t steps(int64_t kc) { return (kc + 1) / 2; }
+  static void pack_a(View16 A, int64_t i0, int64_t m, int64_t k0, int64_t kc, int64_t K,
+                     uint32_t* dst) {
+    pack<MR>(A, i0, m, k0 / 2, steps(kc), K, dst);
+  }
+  // B's panels are B^T's rows (B's columns).
+  static void pack_b(View16 B, int64_t j0, int64_t n, int64_t k0, int64_t kc, int64_t K,
+                     uint32_t* dst) {
+    pack<NR>(View16{B.p, B.cs, B.rs}, j0, n, k0 / 2, steps(kc), K, dst);
+  }
+
+  // Panels of R rows (R = MR or NR) of X, rows r0 .. r0+rows, pairs p0 .. p0+np.
+  template <int R>
+  __attribute__((target("avx512f,avx512bw"))) static void pack(View16 X, int64_t r0,
+                                                               int64_t rows, int64_t p0,
+                                                               int64_t np, int64_t K,
+                                                               uint32_t* dst) {
+    for (int64_t q = 0; q < rows; q += R, dst += R * np) {
+      const int64_t n = std::min<int64_t>(R, rows - q);
+      const View16 P{X.p + (r0 + q) * X.rs, X.rs, X.cs};
+      // Pairs wholly inside K.
+      const int64_t whole = std::min(np, K / 2 - p0);
+      int64_t p = 0;
+      if (n == R && X.cs == 1 && X.rs % 2 == 0 &&
+          reinterpret_cast<uintptr_t>(P.p) % 4 == 0) {
+        // Each row's pairs are 32-bit words: the panel is their transpose (16 x 16 blocks).
+        const float* src = reinterpret_cast<const float*>(P.p);
+        float* out = reinterpret_cast<float*>(dst);
+        for (; p + 16 <= whole; p += 16)
+          for (int r = 0; r < R; r += 16)
+            Avx512::transpose16(src + r * (X.rs / 2) + (p0 + p), X.rs / 2, std::min(16, R - r),
+                                out + p * R + r, R);
+      } else if (n == R && X.rs == 1) {
+        // For each pair the two values of k are R contiguous rows each: interleave them.
+        const __m512i lo_idx = interleave_index(0), hi_idx = interleave_index(16);
+        constexpr __mmask32 in_mask = R >= 32 ? ~__mmask32(0) : (__mmask32(1) << R) - 1;
+        for (; p < whole; ++p) {
+          const uint16_t* k0 = P.p + 2 * (p0 + p) * X.cs;
+          const __m512i a = _mm512_maskz_loadu_epi16(in_mask, k0),
+                        b = _mm512_maskz_loadu_epi16(in_mask, k0 + X.cs);
+          uint32_t* o = dst + p * R;
+          if constexpr (R >= 16) {
+            _mm512_storeu_si512(o, _mm512_permutex2var_epi16(a, lo_idx, b));
+            if constexpr (R >= 32)
+              _mm512_storeu_si512(o + 16, _mm512_permutex2var_epi16(a, hi_idx, b));
+          } else {
+            _mm512_mask_storeu_epi32(o, static_cast<__mmask16>((1u << R) - 1),
+                                     _mm512_permutex2var_epi16(a, lo_idx, b));
+          }
+        }
+      }
+      for (; p < np; ++p)
+        for (int64_t r = 0; r < R; ++r)
+          dst[p * R + r] = r < n ? pair_word(P, r, p0 + p, K) : 0u;
+    }
+  }
+  // Word c of the result takes 16-bit lane first + c of a, then of b (lanes 32 on).
+  __attribute__((target("avx512f"))) static __m512i interleave_index(int first) {
+    alignas(64) uint16_t idx[32];
+    for (int c = 0; c < 16; ++c) {
+      idx[2 * c] = static_cast<uint16_t>(first + c);
+      idx[2 * c + 1] = static_cast<uint16_t>(32 + first + c);
+    }
+    return _mm512_load_si512(idx);
+  }
+
+  __attribute__((target("avx512f,avx512bf16"))) static void tile(int64_t kp, const uint32_t* a,
+                                                                 const uint32_t* b, float* c,
+                                                                 int64_t ldc, bool more) {
+    __m512 acc[MR][2];
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; ++i) {
+      acc[i][0] = more ? _mm512_loadu_ps(c + i * ldc) : _mm512_setzero_ps();
+      acc[i][1] = more ? _mm512_loadu_ps(c + i * ldc + 16) : _mm512_setzero_ps();
+    }
+    for (int64_t p = 0; p < kp; ++p, a += MR, b += NR) {
+      const __m512bh b0 = (__m512bh)_mm512_load_si512(b), b1 = (__m512bh)_mm512_load_si512(b + 16);
+#pragma GCC unroll 12
+      for (int i = 0; i < MR; ++i) {
+        const __m512bh ai = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[i]));
+        acc[i][0] = _mm512_dpbf16_ps(acc[i][0], ai, b0);
+        acc[i][1] = _mm512_dpbf16_ps(acc[i][1], ai, b1);
+      }
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; ++i) {
+      _mm512_storeu_ps(c + i * ldc, acc[i][0]);
+      _mm512_storeu_ps(c + i * ldc + 16, acc[i][1]);
+    }
+  }
+};
+static_assert(kRowAlign % Bf16Avx512::MR == 0 && kColumnAlign % Bf16Avx512::NR == 0,
+              "gemm.h's split alignments keep the bf16 tiles whole");
+
 #endif
 
 // The chains one element at a time, with the C library's fused multiply-add.
@@ -366,6 +504,43 @@ void multiply(Isa isa, int64_t M, int64_t N, int64_t K, View A, View B, float* C
 #endif
     default: return scalar(M, K, A, B, C, ldc, j0, j1);
   }
+}
+
+bool runs_bf16() {
+#ifdef PARITY_GEMM_X86
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+
+bool bf16_chosen() {
+  static const bool chosen = [] {
+    const auto isa = chosen_isa();
+    const char* env = std::getenv("PARITY_GEMM");
+    const bool asked = env == nullptr || *env == '\0' || (isa && *isa == Isa::Avx512);
+    return asked && runs_bf16();
+  }();
+  return chosen;
+}
+
+std::string bf16_chosen_name() { return bf16_chosen() ? "parity avx512-bf16" : "ATen"; }
+
+void multiply_bf16(int64_t M, int64_t N, int64_t K, View16 A, View16 B, float* C, int64_t ldc,
+                   int64_t j0, int64_t j1) {
+  (void)N;
+  if (!runs_bf16()) throw std::logic_error("gemm::multiply_bf16 on a CPU without AVX-512 BF16");
+  if (M <= 0 || j1 <= j0) return;
+  if (K == 0) {
+    for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc + j0, C + i * ldc + j1, 0.0f);
+    return;
+  }
+#ifdef PARITY_GEMM_X86
+  blocked<Bf16Avx512>(M, K, A, B, C, ldc, j0, j1);
+#else
+  (void)A, (void)B, (void)C, (void)ldc;
+#endif
 }
 
 }  // namespace parity::kernels::gemm

@@ -53,4 +53,38 @@ constexpr int64_t kRowAlign = 12;
 void multiply(Isa isa, int64_t M, int64_t N, int64_t K, View A, View B, float* C, int64_t ldc,
               int64_t j0, int64_t j1);
 
+// ---------------------------------------------------------------------------------------
+// The bf16 product, on cores with AVX-512 BF16 (VDPBF16PS). bf16 operands, fp32 result.
+//
+// Numerics. Every element of C is one chain of fp32 multiply-adds along k from zero, taken a
+// pair of k at a time as the instruction takes them: for p = 0, 1, ..
+//   c = c + a[i,2p+1] b[2p+1,j];  c = c + a[i,2p] b[2p,j]
+// each step rounded once to fp32 (to nearest even; the product of two bf16 values is exact in
+// fp32, so each step is a fused multiply-add), with denormal inputs read as zero and denormal
+// results flushed to zero. An odd K's last pair has a zero for its k = K. A chain crossing a
+// block of k is stored and reloaded (fp32, exact). No sum crosses elements of C, so the bits
+// depend neither on the thread split nor on the strides. Error, for results in fp32's normal
+// range: |c - a.b| <= gamma_K sum_k |a_k b_k|, as for any sequential sum of K terms.
+// project() rounds C to bf16 (to nearest even) once, as the ATen product does.
+
+// A read-only bf16 matrix view (the raw 16-bit patterns): element (i, j) at p[i * rs + j * cs].
+struct View16 {
+  const uint16_t* p;
+  int64_t rs, cs;
+};
+
+// Whether this CPU runs the bf16 product (AVX-512 F, BW and BF16).
+bool runs_bf16();
+// Whether project() runs the bf16 product in this process: where it runs and PARITY_GEMM is
+// unset or avx512 (PARITY_GEMM=avx2, scalar or aten give bf16 products to ATen, as on a
+// machine without it). Read once; the same ConfigError as chosen_isa() for a bad value.
+bool bf16_chosen();
+// "parity avx512-bf16", or "ATen" (for reports).
+std::string bf16_chosen_name();
+
+// C[:, j0:j1] = A B[:, j0:j1] as multiply() does, in the bf16 chains above; runs_bf16() must
+// hold.
+void multiply_bf16(int64_t M, int64_t N, int64_t K, View16 A, View16 B, float* C, int64_t ldc,
+                   int64_t j0, int64_t j1);
+
 }  // namespace parity::kernels::gemm

@@ -4,6 +4,8 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
+#include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/gemm.h"
@@ -77,10 +79,36 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
 
 namespace {
 
-// A 2-D fp32 tensor as gemm's view, or its transpose.
-gemm::View view_of(const at::Tensor& t) { return {t.data_ptr<float>(), t.stride(0), t.stride(1)}; }
-gemm::View transposed(const at::Tensor& t) {
-  return {t.data_ptr<float>(), t.stride(1), t.stride(0)};
+// The products run on fp32 operands (gemm::View, gemm::multiply) or on bf16 ones
+// (gemm::View16, gemm::multiply_bf16), into fp32; a bf16 result is rounded to bf16 once, at
+// the end. V names the operand kind throughout.
+template <class V>
+const auto* elements(const at::Tensor& t) {
+  if constexpr (std::is_same_v<V, gemm::View16>)
+    return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>());
+  else
+    return static_cast<const float*>(t.data_ptr<float>());
+}
+
+// Matrix `offset` elements into a tensor, with its last two dims' strides (transposed:
+// swapped).
+template <class V>
+V matrix_view(const at::Tensor& t, int64_t offset = 0, bool transpose = false) {
+  const int64_t rs = t.stride(-2), cs = t.stride(-1);
+  return {elements<V>(t) + offset, transpose ? cs : rs, transpose ? rs : cs};
+}
+template <class V>
+V transposed(const at::Tensor& t) {
+  return matrix_view<V>(t, 0, true);
+}
+
+inline void multiply_one(gemm::Isa isa, int64_t M, int64_t N, int64_t K, gemm::View A,
+                         gemm::View B, float* C, int64_t ldc, int64_t j0, int64_t j1) {
+  gemm::multiply(isa, M, N, K, A, B, C, ldc, j0, j1);
+}
+inline void multiply_one(gemm::Isa, int64_t M, int64_t N, int64_t K, gemm::View16 A,
+                         gemm::View16 B, float* C, int64_t ldc, int64_t j0, int64_t j1) {
+  gemm::multiply_bf16(M, N, K, A, B, C, ldc, j0, j1);
 }
 
 // The instruction set a product's forward ran, kept for its backward (the same one, so both
@@ -91,9 +119,10 @@ gemm::Isa saved_isa(torch::autograd::AutogradContext* ctx) {
 }
 
 // One product of a group: C [M,N] (row stride ldc) = A [M,K] B [K,N].
+template <class V>
 struct Product {
   int64_t M, K;
-  gemm::View A, B;
+  V A, B;
   float* C;
 };
 
@@ -107,13 +136,14 @@ struct Product {
 // block of A once for all of them (a call per panel packed it per panel: the n = 1024
 // product ran at 150 GFLOP/s instead of 190). On one thread, or for less than a million
 // multiply-adds in all, each product is one call.
-void multiply_all(gemm::Isa isa, const std::vector<Product>& group, int64_t N, int64_t ldc) {
+template <class V>
+void multiply_all(gemm::Isa isa, const std::vector<Product<V>>& group, int64_t N, int64_t ldc) {
   constexpr int64_t kPanel = gemm::kColumnAlign, kRowAlign = gemm::kRowAlign;
   const int64_t panels = (N + kPanel - 1) / kPanel, threads = parallel_threads();
   int64_t work = 0;
   for (const auto& p : group) work += p.M * p.K * N;
   if (threads <= 1 || work < (int64_t{1} << 20)) {
-    for (const auto& p : group) gemm::multiply(isa, p.M, N, p.K, p.A, p.B, p.C, ldc, 0, N);
+    for (const auto& p : group) multiply_one(isa, p.M, N, p.K, p.A, p.B, p.C, ldc, 0, N);
     return;
   }
   struct Task {
@@ -153,30 +183,47 @@ void multiply_all(gemm::Isa isa, const std::vector<Product>& group, int64_t N, i
       size_t u = t + 1;
       while (u < end && tasks[u].g == a.g && tasks[u].r0 == a.r0) ++u;
       const auto& p = group[static_cast<size_t>(a.g)];
-      const gemm::View A{p.A.p + a.r0 * p.A.rs, p.A.rs, p.A.cs};
-      gemm::multiply(isa, a.r1 - a.r0, N, p.K, A, p.B, p.C + a.r0 * ldc, ldc, a.panel * kPanel,
-                     std::min(N, (tasks[u - 1].panel + 1) * kPanel));
+      const V A{p.A.p + a.r0 * p.A.rs, p.A.rs, p.A.cs};
+      multiply_one(isa, a.r1 - a.r0, N, p.K, A, p.B, p.C + a.r0 * ldc, ldc, a.panel * kPanel,
+                   std::min(N, (tasks[u - 1].panel + 1) * kPanel));
       t = u;
     }
   });
 }
 
-// C [M,N] = A [M,K] B [K,N] with gemm::multiply (multiply_all of one product).
-at::Tensor gemm_product(gemm::Isa isa, int64_t M, int64_t N, int64_t K, gemm::View A,
-                        gemm::View B, const at::TensorOptions& options) {
-  auto c = at::empty({M, N}, options);
-  multiply_all(isa, {{M, K, A, B, c.data_ptr<float>()}}, N, N);
-  return c;
+// The product's fp32 result as a tensor of the operands' dtype: bf16 rounds once here.
+at::Tensor in_dtype(const at::Tensor& c32, at::ScalarType dtype) {
+  return dtype == at::kFloat ? c32 : c32.to(dtype);
 }
 
-// project() in fp32 on CPU: y = x w^T, dx = dy w and dw = dy^T x, each with gemm::multiply.
+// C [M,N] = A [M,K] B [K,N] (multiply_all of one product), in `options`' dtype.
+template <class V>
+at::Tensor gemm_product(gemm::Isa isa, int64_t M, int64_t N, int64_t K, V A, V B,
+                        const at::TensorOptions& options) {
+  auto c = at::empty({M, N}, options.dtype(at::kFloat));
+  multiply_all<V>(isa, {{M, K, A, B, c.data_ptr<float>()}}, N, N);
+  return in_dtype(c, options.dtype().toScalarType());
+}
+
+// f(V{}) with V the operand kind of t's dtype (fp32 or bf16).
+template <class F>
+decltype(auto) on_operands(const at::Tensor& t, const F& f) {
+  if (t.scalar_type() == at::kBFloat16) return f(gemm::View16{});
+  return f(gemm::View{});
+}
+
+// project() on parity's products (fp32, or bf16 where they run): y = x w^T, dx = dy w and
+// dw = dy^T x.
 struct ProjectFunction : torch::autograd::Function<ProjectFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
                             const at::Tensor& w, int64_t isa) {
     const int64_t I = w.size(1), O = w.size(0);
     auto x2 = x.reshape({-1, I});
-    auto y = gemm_product(gemm::Isa(isa), x2.size(0), O, I, view_of(x2), transposed(w),
-                          x.options());
+    auto y = on_operands(x, [&](auto v) {
+      using V = decltype(v);
+      return gemm_product(gemm::Isa(isa), x2.size(0), O, I, matrix_view<V>(x2),
+                          transposed<V>(w), x.options());
+    });
     ctx->save_for_backward({x2, w});
     save_isa(ctx, isa);
     ctx->saved_data["x_shape"] = x.sizes().vec();
@@ -191,12 +238,15 @@ struct ProjectFunction : torch::autograd::Function<ProjectFunction> {
     const auto &x2 = saved[0], &w = saved[1];
     const auto isa = saved_isa(ctx);
     const int64_t M = x2.size(0), I = w.size(1), O = w.size(0);
-    auto dy = grads[0].reshape({M, O});
+    auto dy = grads[0].to(x2.scalar_type()).reshape({M, O});
     at::Tensor dx, dw;
-    if (ctx->needs_input_grad(0))
-      dx = gemm_product(isa, M, I, O, view_of(dy), view_of(w), x2.options());
-    if (ctx->needs_input_grad(1))
-      dw = gemm_product(isa, O, I, M, transposed(dy), view_of(x2), w.options());
+    on_operands(x2, [&](auto v) {
+      using V = decltype(v);
+      if (ctx->needs_input_grad(0))
+        dx = gemm_product(isa, M, I, O, matrix_view<V>(dy), matrix_view<V>(w), x2.options());
+      if (ctx->needs_input_grad(1))
+        dw = gemm_product(isa, O, I, M, transposed<V>(dy), matrix_view<V>(x2), w.options());
+    });
     if (dx.defined()) dx = dx.view(ctx->saved_data["x_shape"].toIntVector());
     return {dx, dw, at::Tensor()};
   }
@@ -216,40 +266,36 @@ std::vector<int64_t> matrix_offsets(const at::Tensor& t) {
   return offsets;
 }
 
-// Matrix g of a batch: base pointer + offset, with the last two dims' strides (transposed:
-// swapped).
-gemm::View matrix_view(const at::Tensor& t, int64_t offset, bool transpose) {
-  const int64_t rs = t.stride(-2), cs = t.stride(-1);
-  return {t.data_ptr<float>() + offset, transpose ? cs : rs, transpose ? rs : cs};
-}
-
-// C[g] = A[g] B[g] for the G = a_offsets.size() matrices, C contiguous [G, M, N]
+// C[g] = A[g] B[g] for the G = a_offsets.size() matrices, C contiguous [G, M, N] fp32
 // (multiply_all).
+template <class V>
 void batched_product(gemm::Isa isa, int64_t M, int64_t N, int64_t K, const at::Tensor& a,
                      const std::vector<int64_t>& a_off, bool a_t, const at::Tensor& b,
                      const std::vector<int64_t>& b_off, bool b_t, float* C) {
-  std::vector<Product> group;
+  std::vector<Product<V>> group;
   group.reserve(a_off.size());
   for (size_t g = 0; g < a_off.size(); ++g)
-    group.push_back({M, K, matrix_view(a, a_off[g], a_t), matrix_view(b, b_off[g], b_t),
+    group.push_back({M, K, matrix_view<V>(a, a_off[g], a_t), matrix_view<V>(b, b_off[g], b_t),
                      C + static_cast<int64_t>(g) * M * N});
   multiply_all(isa, group, N, N);
 }
 
-// batched_project() in fp32 on CPU: y[g] = x[g] w[g]^T, dx[g] = dy[g] w[g] and
-// dw[g] = dy[g]^T x[g], each with gemm::multiply.
+// batched_project() on parity's products: y[g] = x[g] w[g]^T, dx[g] = dy[g] w[g] and
+// dw[g] = dy[g]^T x[g].
 struct BatchedProjectFunction : torch::autograd::Function<BatchedProjectFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
                             const at::Tensor& w, int64_t isa) {
     const int64_t M = x.size(-2), I = x.size(-1), O = w.size(-2);
     auto shape = x.sizes().vec();
     shape.back() = O;
-    auto y = at::empty(shape, x.options());
-    batched_product(gemm::Isa(isa), M, O, I, x, matrix_offsets(x), false, w, matrix_offsets(w),
-                    true, y.data_ptr<float>());
+    auto y = at::empty(shape, x.options().dtype(at::kFloat));
+    on_operands(x, [&](auto v) {
+      batched_product<decltype(v)>(gemm::Isa(isa), M, O, I, x, matrix_offsets(x), false, w,
+                                   matrix_offsets(w), true, y.data_ptr<float>());
+    });
     ctx->save_for_backward({x, w});
     save_isa(ctx, isa);
-    return y;
+    return in_dtype(y, x.scalar_type());
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -258,19 +304,25 @@ struct BatchedProjectFunction : torch::autograd::Function<BatchedProjectFunction
     const auto &x = saved[0], &w = saved[1];
     const auto isa = saved_isa(ctx);
     const int64_t M = x.size(-2), I = x.size(-1), O = w.size(-2);
-    auto dy = grads[0].contiguous();
+    auto dy = grads[0].to(x.scalar_type()).contiguous();
     const auto dy_off = matrix_offsets(dy);
+    const auto f32 = x.options().dtype(at::kFloat);
     at::Tensor dx, dw;
-    if (ctx->needs_input_grad(0)) {
-      dx = at::empty(x.sizes(), x.options());
-      batched_product(isa, M, I, O, dy, dy_off, false, w, matrix_offsets(w), false,
-                      dx.data_ptr<float>());
-    }
-    if (ctx->needs_input_grad(1)) {
-      dw = at::empty(w.sizes(), w.options());
-      batched_product(isa, O, I, M, dy, dy_off, true, x, matrix_offsets(x), false,
-                      dw.data_ptr<float>());
-    }
+    on_operands(x, [&](auto v) {
+      using V = decltype(v);
+      if (ctx->needs_input_grad(0)) {
+        dx = at::empty(x.sizes(), f32);
+        batched_product<V>(isa, M, I, O, dy, dy_off, false, w, matrix_offsets(w), false,
+                           dx.data_ptr<float>());
+        dx = in_dtype(dx, x.scalar_type());
+      }
+      if (ctx->needs_input_grad(1)) {
+        dw = at::empty(w.sizes(), f32);
+        batched_product<V>(isa, O, I, M, dy, dy_off, true, x, matrix_offsets(x), false,
+                           dw.data_ptr<float>());
+        dw = in_dtype(dw, w.scalar_type());
+      }
+    });
     return {dx, dw, at::Tensor()};
   }
 };
@@ -287,10 +339,10 @@ void for_each_group(const std::vector<int64_t>& counts, bool keep_empty, const F
 // One product per group of rows, make(e, rows, first) for group e of `rows` rows from row
 // `first` (first = counts[0] + .. + counts[e-1]); groups without rows are left out unless
 // `keep_empty`.
-template <class Make>
-std::vector<Product> group_products(const std::vector<int64_t>& counts, bool keep_empty,
-                                    const Make& make) {
-  std::vector<Product> group;
+template <class V, class Make>
+std::vector<Product<V>> group_products(const std::vector<int64_t>& counts, bool keep_empty,
+                                       const Make& make) {
+  std::vector<Product<V>> group;
   group.reserve(counts.size());
   for_each_group(counts, keep_empty, [&](int64_t e, int64_t rows, int64_t first) {
     group.push_back(make(e, rows, first));
@@ -298,24 +350,28 @@ std::vector<Product> group_products(const std::vector<int64_t>& counts, bool kee
   return group;
 }
 
-// grouped_project() in fp32 on CPU: group e's rows of y = x_e w[e]^T, of dx = dy_e w[e], and
-// dw[e] = dy_e^T x_e, each with gemm::multiply; every group's products in one multiply_all.
+// grouped_project() on parity's products: group e's rows of y = x_e w[e]^T, of dx = dy_e w[e],
+// and dw[e] = dy_e^T x_e; every group's products in one multiply_all.
 struct GroupedProjectFunction : torch::autograd::Function<GroupedProjectFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x_in,
                             const at::Tensor& w_in, std::vector<int64_t> counts, int64_t isa) {
     auto x = x_in.contiguous(), w = w_in.contiguous();
     const int64_t O = w.size(1), I = w.size(2);
-    auto y = at::empty({x.size(0), O}, x.options());
-    const float *xp = x.data_ptr<float>(), *wp = w.data_ptr<float>();
-    float* yp = y.data_ptr<float>();
-    const auto group = group_products(counts, false, [&](int64_t e, int64_t rows, int64_t first) {
-      return Product{rows, I, {xp + first * I, I, 1}, {wp + e * O * I, 1, I}, yp + first * O};
+    auto y = at::empty({x.size(0), O}, x.options().dtype(at::kFloat));
+    on_operands(x, [&](auto v) {
+      using V = decltype(v);
+      const auto *xp = elements<V>(x), *wp = elements<V>(w);
+      float* yp = y.data_ptr<float>();
+      const auto group = group_products<V>(counts, false, [&](int64_t e, int64_t rows,
+                                                              int64_t first) {
+        return Product<V>{rows, I, {xp + first * I, I, 1}, {wp + e * O * I, 1, I}, yp + first * O};
+      });
+      multiply_all(gemm::Isa(isa), group, O, O);
     });
-    multiply_all(gemm::Isa(isa), group, O, O);
     ctx->save_for_backward({x, w});
     save_isa(ctx, isa);
     ctx->saved_data["counts"] = counts;
-    return y;
+    return in_dtype(y, x.scalar_type());
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -325,32 +381,42 @@ struct GroupedProjectFunction : torch::autograd::Function<GroupedProjectFunction
     const auto isa = saved_isa(ctx);
     const auto counts = ctx->saved_data["counts"].toIntVector();
     const int64_t O = w.size(1), I = w.size(2);
-    auto dy = grads[0].contiguous();
-    const float *xp = x.data_ptr<float>(), *wp = w.data_ptr<float>(), *dyp = dy.data_ptr<float>();
+    auto dy = grads[0].to(x.scalar_type()).contiguous();
+    const auto f32 = x.options().dtype(at::kFloat);
     at::Tensor dx, dw;
-    if (ctx->needs_input_grad(0)) {
-      dx = at::empty(x.sizes(), x.options());
-      float* dxp = dx.data_ptr<float>();
-      const auto group = group_products(counts, false, [&](int64_t e, int64_t rows, int64_t first) {
-        return Product{rows, O, {dyp + first * O, O, 1}, {wp + e * O * I, I, 1}, dxp + first * I};
-      });
-      multiply_all(isa, group, I, I);
-    }
-    if (ctx->needs_input_grad(1)) {
-      // A group without rows has K = 0: its dw[e] becomes +0, as a zero gradient would be.
-      dw = at::empty(w.sizes(), w.options());
-      float* dwp = dw.data_ptr<float>();
-      const auto group = group_products(counts, true, [&](int64_t e, int64_t rows, int64_t first) {
-        return Product{O, rows, {dyp + first * O, 1, O}, {xp + first * I, I, 1}, dwp + e * O * I};
-      });
-      multiply_all(isa, group, I, I);
-    }
+    on_operands(x, [&](auto v) {
+      using V = decltype(v);
+      const auto *xp = elements<V>(x), *wp = elements<V>(w), *dyp = elements<V>(dy);
+      if (ctx->needs_input_grad(0)) {
+        dx = at::empty(x.sizes(), f32);
+        float* dxp = dx.data_ptr<float>();
+        const auto group = group_products<V>(counts, false, [&](int64_t e, int64_t rows,
+                                                                int64_t first) {
+          return Product<V>{rows, O, {dyp + first * O, O, 1}, {wp + e * O * I, I, 1},
+                            dxp + first * I};
+        });
+        multiply_all(isa, group, I, I);
+        dx = in_dtype(dx, x.scalar_type());
+      }
+      if (ctx->needs_input_grad(1)) {
+        // A group without rows has K = 0: its dw[e] becomes +0, as a zero gradient would be.
+        dw = at::empty(w.sizes(), f32);
+        float* dwp = dw.data_ptr<float>();
+        const auto group = group_products<V>(counts, true, [&](int64_t e, int64_t rows,
+                                                               int64_t first) {
+          return Product<V>{O, rows, {dyp + first * O, 1, O}, {xp + first * I, I, 1},
+                            dwp + e * O * I};
+        });
+        multiply_all(isa, group, I, I);
+        dw = in_dtype(dw, w.scalar_type());
+      }
+    });
     return {dx, dw, at::Tensor(), at::Tensor()};
   }
 };
 
-// grouped_project() on ATen's products, where parity's fp32 GEMM does not run (bf16, fp64,
-// PARITY_GEMM=aten; CPU). What project() per group computes through autograd, group by group:
+// grouped_project() on ATen's products, where parity's do not run (fp64, bf16 without AVX-512
+// BF16, PARITY_GEMM=aten; CPU). What project() per group computes through autograd, group by group:
 // y_e = mm(x_e, w[e]^T); for the row-major x_e and the column-major w[e]^T, Mm's backward
 // forms dx_e = mm(dy_e, w[e]) and dw[e] = mm(dy_e^T, x_e) (transposed back). The same calls on
 // the same operands, so the same values; but each result is written into its place, with
@@ -389,6 +455,21 @@ struct AtenGroupedProjectFunction : torch::autograd::Function<AtenGroupedProject
 
 }  // namespace
 
+namespace {
+
+// The instruction set parity's products run x and w's product on (the bf16 one ignores it),
+// or nullopt where ATen's run it: CPU operands of one dtype, fp32 where gemm::chosen_isa()
+// names one, bf16 where gemm::bf16_chosen().
+std::optional<int64_t> ours(const at::Tensor& x, const at::Tensor& w) {
+  if (!x.is_cpu() || !w.is_cpu() || x.scalar_type() != w.scalar_type()) return std::nullopt;
+  if (x.scalar_type() == at::kFloat)
+    if (const auto isa = gemm::chosen_isa()) return int64_t(*isa);
+  if (x.scalar_type() == at::kBFloat16 && gemm::bf16_chosen()) return int64_t(gemm::Isa::Avx512);
+  return std::nullopt;
+}
+
+}  // namespace
+
 at::Tensor grouped_project(const at::Tensor& x, const at::Tensor& w,
                            const std::vector<int64_t>& counts) {
   TORCH_CHECK(x.dim() == 2 && w.dim() == 3 && x.size(1) == w.size(2),
@@ -404,11 +485,8 @@ at::Tensor grouped_project(const at::Tensor& x, const at::Tensor& w,
   }
   TORCH_CHECK(rows == x.size(0), "grouped_project: the row counts sum to ", rows, ", not to x's ",
               x.size(0), " rows");
-  const bool ours = x.is_cpu() && w.is_cpu() && x.scalar_type() == at::kFloat &&
-                    w.scalar_type() == at::kFloat && x.numel() > 0 && w.numel() > 0;
-  if (ours)
-    if (const auto isa = gemm::chosen_isa())
-      return GroupedProjectFunction::apply(x, w, counts, int64_t(*isa));
+  if (x.numel() > 0 && w.numel() > 0)
+    if (const auto isa = ours(x, w)) return GroupedProjectFunction::apply(x, w, counts, *isa);
   if (x.is_cpu() && w.is_cpu() && x.scalar_type() == w.scalar_type() && x.numel() > 0 &&
       w.numel() > 0)
     return AtenGroupedProjectFunction::apply(x, w, counts);
@@ -422,22 +500,17 @@ at::Tensor grouped_project(const at::Tensor& x, const at::Tensor& w,
 }
 
 at::Tensor batched_project(const at::Tensor& x, const at::Tensor& w) {
-  const bool ours = x.is_cpu() && w.is_cpu() && x.scalar_type() == at::kFloat &&
-                    w.scalar_type() == at::kFloat && x.dim() >= 2 && w.dim() == x.dim() &&
-                    x.size(-1) == w.size(-1) && x.numel() > 0 && w.numel() > 0 &&
-                    x.sizes().slice(0, x.dim() - 2) == w.sizes().slice(0, w.dim() - 2);
-  if (ours)
-    if (const auto isa = gemm::chosen_isa())
-      return BatchedProjectFunction::apply(x, w, int64_t(*isa));
+  const bool shapes = x.dim() >= 2 && w.dim() == x.dim() && x.size(-1) == w.size(-1) &&
+                      x.numel() > 0 && w.numel() > 0 &&
+                      x.sizes().slice(0, x.dim() - 2) == w.sizes().slice(0, w.dim() - 2);
+  if (shapes)
+    if (const auto isa = ours(x, w)) return BatchedProjectFunction::apply(x, w, *isa);
   return at::matmul(x, w.transpose(-1, -2));
 }
 
 at::Tensor project(const at::Tensor& x, const at::Tensor& w) {
-  const bool ours = x.is_cpu() && w.is_cpu() && x.scalar_type() == at::kFloat &&
-                    w.scalar_type() == at::kFloat && w.dim() == 2 && x.dim() >= 1 &&
-                    x.size(-1) == w.size(1);
-  if (ours)
-    if (const auto isa = gemm::chosen_isa()) return ProjectFunction::apply(x, w, int64_t(*isa));
+  if (w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1))
+    if (const auto isa = ours(x, w)) return ProjectFunction::apply(x, w, *isa);
   return at::matmul(x, w.t());
 }
 

@@ -61,7 +61,7 @@ std::string vector_kernels_text() {
   const std::string core = openblas_core();
   const char* cap = std::getenv(kCapabilityVar);
   // Unset, ATen picks by itself ("default" is its name for the scalar kernels).
-  return "fp32 GEMM " + gemm::chosen_name() + ", " +
+  return "fp32 GEMM " + gemm::chosen_name() + ", bf16 GEMM " + gemm::bf16_chosen_name() + ", " +
          (core.empty() ? std::string("BLAS not OpenBLAS") : "OpenBLAS " + core) + ", ATen " +
          (cap != nullptr ? cap : "its own pick");
 }

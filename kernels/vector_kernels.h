@@ -38,9 +38,9 @@ bool apply_vector_kernels(bool blas);
 // failed exec), so that children run what this process runs.
 void forget_openblas_choice();
 
-// "fp32 GEMM parity avx512, OpenBLAS SkylakeX, ATen avx512": the kernels this process runs,
-// for reports (project()'s fp32 product, kernels/gemm.h; the OpenBLAS core it reports; and
-// ATEN_CPU_CAPABILITY as set).
+// "fp32 GEMM parity avx512, bf16 GEMM parity avx512-bf16, OpenBLAS SkylakeX, ATen avx512":
+// the kernels this process runs, for reports (project()'s fp32 and bf16 products,
+// kernels/gemm.h; the OpenBLAS core it reports; and ATEN_CPU_CAPABILITY as set).
 std::string vector_kernels_text();
 
 }  // namespace parity::kernels

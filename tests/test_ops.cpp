@@ -5,7 +5,9 @@
 // (tolerance); fp64 finite-difference gradient checks of the SiTU-GLU FFN and
 // KimiRMSNormGated; embed_tokens is a gather (bitwise); the fp32 product (kernels/gemm.h)
 // and project() on it against one fused multiply-add chain per element (bitwise), and
-// against fp64 (tolerance).
+// against fp64 (tolerance); the bf16 product likewise, against its chain of pairs of k
+// (bitwise) and fp64 (tolerance), and project(), batched_project() and grouped_project() on
+// it thread-count free (bitwise).
 //
 // The bitwise checks are the tests named *Bitwise*; every other test is a tolerance test whose
 // bound is derived next to it. All inputs come from fixed seeds.
@@ -955,7 +957,8 @@ TEST(GemmBitwise, GroupedProjectIsTheChainOfEachGroup) {
   }
 }
 
-// grouped_project() in bf16 and fp64 on CPU (ATen's products, written in place): y, dx and dw
+// grouped_project() in bf16 and fp64 on CPU (ATen's products, written in place; bf16 on
+// parity's product where it runs): y, dx and dw
 // bitwise those of its readable form, project() on each group's rows, concatenated (randn
 // operands: no product is exactly zero, so the readable form's sum of each group's dw with the
 // other groups' zeros changes no sign); a group without rows gets dw[e] = +0.
@@ -969,8 +972,11 @@ TEST(GroupedProject, OtherDtypesAreProjectPerGroupBitwise) {
     auto run = [&](bool readable) {
       auto x = x_base.clone().requires_grad_(true), w = w_base.clone().requires_grad_(true);
       auto y = grouped_or_readable(x, w, counts, readable);
-      if (!readable) {
-        EXPECT_NE(y.grad_fn()->name().find("AtenGroupedProjectFunction"), std::string::npos)
+      if (!readable) {  // bf16 runs on parity's product where it runs (test_ops' bf16 tests)
+        const bool ours = dtype == at::kBFloat16 && parity::kernels::gemm::bf16_chosen();
+        EXPECT_NE(y.grad_fn()->name().find(ours ? "GroupedProjectFunction"
+                                                : "AtenGroupedProjectFunction"),
+                  std::string::npos)
             << y.grad_fn()->name();
       }
       y.backward(dy);
@@ -1019,6 +1025,190 @@ TEST(Gemm, WithinTheChainBoundOfFp64) {
     // And the bound is not vacuous: the error is not zero everywhere.
     EXPECT_GT(err.max().item<double>(), 0.0) << g::isa_name(isa);
   }
+}
+
+// ---------------------------------------------------------------------------------------
+// The bf16 product (kernels/gemm.h, on AVX-512 BF16). Its contract: each element one chain of
+// fp32 fused multiply-adds from +0, a pair of k at a time (k = 2p + 1, then k = 2p), an odd
+// K's last pair completed by a zero product, denormal inputs read as zero and denormal results
+// flushed to zero. The reference below is that definition, written here from it.
+
+uint16_t bf16_bits(float x) {  // x is a bf16 value (its low 16 bits zero)
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return static_cast<uint16_t>(u >> 16);
+}
+float flush(float x) { return std::fpclassify(x) == FP_SUBNORMAL ? std::copysign(0.0f, x) : x; }
+
+// A [rows, cols] bf16 matrix (the strided_normal layouts, the values rounded to bf16).
+struct Strided16 {
+  std::vector<uint16_t> buf;
+  parity::kernels::gemm::View16 view;
+  float at(int64_t i, int64_t j) const {
+    const uint32_t u = uint32_t(view.p[i * view.rs + j * view.cs]) << 16;
+    float x;
+    std::memcpy(&x, &u, sizeof x);
+    return x;
+  }
+};
+
+Strided16 strided_bf16(int64_t rows, int64_t cols, int layout, uint32_t seed) {
+  const auto m = strided_normal(rows, cols, layout, seed);
+  Strided16 b;
+  b.buf.resize(m.buf.size());
+  for (size_t i = 0; i < m.buf.size(); ++i)
+    b.buf[i] = bf16_bits(c10::BFloat16(m.buf[i]));  // round to nearest even; NaN stays NaN
+  b.view = {b.buf.data() + (m.view.p - m.buf.data()), m.view.rs, m.view.cs};
+  return b;
+}
+
+float pair_chain(const std::function<float(int64_t)>& a, const std::function<float(int64_t)>& b,
+                 int64_t K) {
+  float c = 0.0f;
+  auto step = [&](int64_t k) {
+    const float x = k < K ? flush(a(k)) : 0.0f, y = k < K ? flush(b(k)) : 0.0f;
+    c = flush(std::fma(x, y, c));
+  };
+  for (int64_t p = 0; 2 * p < K; ++p) {
+    step(2 * p + 1);
+    step(2 * p);
+  }
+  return c;
+}
+
+bool skip_without_bf16() {
+  if (parity::kernels::gemm::runs_bf16()) return false;
+  std::printf("[ note ] this CPU has no AVX-512 BF16: the bf16 product is not checked here\n");
+  return true;
+}
+
+// Shapes across every blocking edge (12 rows and 32 columns a tile, 512 values of k a block,
+// 16 pairs a packed transpose, odd K), each layout of A and B: the bits of the chain, element
+// by element, and C's columns outside [j0, j1) untouched.
+TEST(GemmBf16Bitwise, EachElementIsItsChainOfPairs) {
+  if (skip_without_bf16()) GTEST_SKIP();
+  namespace g = parity::kernels::gemm;
+  struct Shape {
+    int64_t M, N, K;
+  };
+  const std::vector<Shape> shapes = {{1, 1, 1},     {1, 1, 0},     {12, 32, 32},  {13, 33, 33},
+                                     {11, 31, 31},  {24, 64, 512}, {25, 65, 513}, {97, 70, 1100},
+                                     {6, 16, 1027}, {200, 40, 48}};
+  uint32_t seed = 101;
+  for (const auto& s : shapes)
+    for (int la = 0; la < 3; ++la)
+      for (int lb = 0; lb < 3; ++lb) {
+        const auto a = strided_bf16(s.M, s.K, la, seed++);
+        const auto b = strided_bf16(s.K, s.N, lb, seed++);
+        const int64_t j0 = s.N > 32 ? 32 : 0, ldc = s.N + 5;
+        std::vector<float> c(s.M * ldc, -7.5f);
+        g::multiply_bf16(s.M, s.N, s.K, a.view, b.view, c.data(), ldc, j0, s.N);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < s.M; ++i)
+          for (int64_t j = 0; j < ldc; ++j) {
+            const float want =
+                (j >= j0 && j < s.N)
+                    ? pair_chain([&](int64_t k) { return a.at(i, k); },
+                                 [&](int64_t k) { return b.at(k, j); }, s.K)
+                    : -7.5f;
+            bad += !same_bits(c[i * ldc + j], want);
+          }
+        EXPECT_EQ(bad, 0) << "M " << s.M << " N " << s.N << " K " << s.K << " layouts " << la
+                          << lb;
+      }
+}
+
+// The bf16 product against fp64. Bound: a chain of K fp32 fused multiply-adds (an odd K's zero
+// product adds nothing) rounds once per step on exact bf16 products, so
+// |c - a.b| <= gamma_K sum_k |a_k b_k|, gamma_K = K u / (1 - K u), u = 2^-24, as for the fp32
+// chain (the randn operands keep every partial sum far above fp32's denormals, so the flush
+// never acts). project() then rounds to bf16 once: |y - a.b| <= u_bf16 |c| + |c - a.b|, with
+// u_bf16 = 2^-8 and |c| <= |a.b| + gamma_K sum |a b|.
+TEST(GemmBf16, WithinTheChainBoundOfFp64) {
+  if (skip_without_bf16()) GTEST_SKIP();
+  namespace g = parity::kernels::gemm;
+  const int64_t M = 33, N = 47, K = 701;
+  auto gen = at::detail::createCPUGenerator(12);
+  auto a = at::randn({M, K}, gen).to(at::kBFloat16), b = at::randn({K, N}, gen).to(at::kBFloat16);
+  const auto A = a.to(at::kDouble), B = b.to(at::kDouble);
+  const auto exact = at::mm(A, B), scale = at::mm(A.abs(), B.abs());
+  const double u = std::ldexp(1.0, -24), gamma = K * u / (1 - K * u), ub = std::ldexp(1.0, -8);
+  auto c = at::empty({M, N});
+  auto view = [](const at::Tensor& t) {
+    return g::View16{reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>()), t.stride(0),
+                     t.stride(1)};
+  };
+  g::multiply_bf16(M, N, K, view(a), view(b), c.data_ptr<float>(), N, 0, N);
+  const auto err = (c.to(at::kDouble) - exact).abs();
+  EXPECT_TRUE(at::all(err <= gamma * scale * (1 + 1e-10)).item<bool>());
+  EXPECT_GT(err.max().item<double>(), 0.0) << "the bound is not vacuous";
+  // project(): y = a b = a (b^T)^T in bf16, rounded once.
+  auto y = k::project(a, b.t().contiguous()).to(at::kDouble);
+  const auto y_err = (y - exact).abs();
+  const auto y_bound = ub * (exact.abs() + gamma * scale) + gamma * scale;
+  EXPECT_TRUE(at::all(y_err <= y_bound * (1 + 1e-10)).item<bool>());
+  EXPECT_GT(y_err.max().item<double>(), 0.0);
+}
+
+// project(), batched_project() and grouped_project() in bf16 on the bf16 product, forward and
+// backward: each result is its chain rounded to bf16 (sampled), and one thread or two give the
+// same bits (the products are large enough for multiply_all to split them).
+TEST(GemmBf16Bitwise, ProductsAreTheirChainsAndThreadCountFree) {
+  if (skip_without_bf16()) GTEST_SKIP();
+  if (!parity::kernels::gemm::bf16_chosen()) GTEST_SKIP() << "PARITY_GEMM chose another product";
+  const int64_t M = 300, I = 96, O = 80, E = 3;
+  const std::vector<int64_t> counts{120, 0, 180};
+  auto gen = at::detail::createCPUGenerator(21);
+  const auto bf = [&](std::vector<int64_t> shape) {
+    return at::randn(shape, gen).to(at::kBFloat16);
+  };
+  const auto x0 = bf({M, I}), w0 = bf({O, I}), dy0 = bf({M, O});
+  const auto xb0 = bf({2, 3, 50, I}), wb0 = bf({2, 3, O, I}), dyb0 = bf({2, 3, 50, O});
+  const auto wg0 = bf({E, O, I});
+  auto run = [&](int threads) {
+    at::set_num_threads(threads);
+    std::vector<at::Tensor> out;
+    auto grad = [&](const at::Tensor& x0_, const at::Tensor& w0_, const at::Tensor& dy,
+                    const std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>& f) {
+      auto x = x0_.clone().requires_grad_(true), w = w0_.clone().requires_grad_(true);
+      auto y = f(x, w);
+      y.backward(dy);
+      out.insert(out.end(), {y.detach().clone(), x.grad().clone(), w.grad().clone()});
+    };
+    grad(x0, w0, dy0, [](const at::Tensor& x, const at::Tensor& w) { return k::project(x, w); });
+    grad(xb0, wb0, dyb0,
+         [](const at::Tensor& x, const at::Tensor& w) { return k::batched_project(x, w); });
+    grad(x0, wg0, dy0, [&](const at::Tensor& x, const at::Tensor& w) {
+      return k::grouped_project(x, w, counts);
+    });
+    at::set_num_threads(1);
+    return out;
+  };
+  const auto one = run(1), two = run(2);
+  ASSERT_EQ(one.size(), 9u);
+  for (size_t t = 0; t < one.size(); ++t) {
+    EXPECT_EQ(one[t].scalar_type(), at::kBFloat16) << "output " << t;
+    EXPECT_TRUE(at::equal(one[t], two[t])) << "output " << t << ": 1 vs 2 threads";
+  }
+  // project()'s y, dx and dw: the chain of each sampled element, rounded to bf16.
+  auto rounded_chain = [](const at::Tensor& a, const at::Tensor& b, int64_t i, int64_t j) {
+    const auto af = a.to(at::kFloat), bf = b.to(at::kFloat);  // exact
+    const float c = pair_chain([&](int64_t k) { return af[i][k].item<float>(); },
+                               [&](int64_t k) { return bf[k][j].item<float>(); }, a.size(1));
+    return static_cast<float>(c10::BFloat16(c));
+  };
+  int64_t bad = 0, checked = 0;
+  for (int64_t m = 1; m < M; m += 37)
+    for (int64_t o = 2; o < O; o += 11, ++checked) {
+      bad += !same_bits(one[0][m][o].item<float>(), rounded_chain(x0, w0.t(), m, o));
+      const int64_t i = m % I;  // dw [O, I]
+      bad += !same_bits(one[2][o][i].item<float>(), rounded_chain(dy0.t(), x0, o, i));
+    }
+  for (int64_t m = 3; m < M; m += 41)
+    for (int64_t i = 1; i < I; i += 13, ++checked)
+      bad += !same_bits(one[1][m][i].item<float>(), rounded_chain(dy0, w0, m, i));
+  EXPECT_GT(checked, 50);
+  EXPECT_EQ(bad, 0);
 }
 
 }  // namespace

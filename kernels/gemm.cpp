@@ -175,6 +175,28 @@ struct Fp32Packing {
 };
 
 #ifdef PARITY_GEMM_X86
+// The accumulators of the AVX-512 tiles (MR rows of two vectors): from C where the chain
+// continues from the block before (`more`), else zero; and back to C.
+template <int MR>
+__attribute__((target("avx512f"), always_inline)) inline void load_acc(__m512 (&acc)[MR][2],
+                                                                      const float* c,
+                                                                      int64_t ldc, bool more) {
+#pragma GCC unroll 12
+  for (int i = 0; i < MR; ++i) {
+    acc[i][0] = more ? _mm512_loadu_ps(c + i * ldc) : _mm512_setzero_ps();
+    acc[i][1] = more ? _mm512_loadu_ps(c + i * ldc + 16) : _mm512_setzero_ps();
+  }
+}
+template <int MR>
+__attribute__((target("avx512f"), always_inline)) inline void store_acc(
+    const __m512 (&acc)[MR][2], float* c, int64_t ldc) {
+#pragma GCC unroll 12
+  for (int i = 0; i < MR; ++i) {
+    _mm512_storeu_ps(c + i * ldc, acc[i][0]);
+    _mm512_storeu_ps(c + i * ldc + 16, acc[i][1]);
+  }
+}
+
 // AVX-512: 12 rows x 32 columns, 24 accumulators.
 struct Avx512 : Fp32Packing<Avx512> {
   static constexpr int MR = 12, NR = 32;
@@ -241,11 +263,7 @@ struct Avx512 : Fp32Packing<Avx512> {
                                                       const float* b, float* c, int64_t ldc,
                                                       bool more) {
     __m512 acc[MR][2];
-#pragma GCC unroll 12
-    for (int i = 0; i < MR; ++i) {
-      acc[i][0] = more ? _mm512_loadu_ps(c + i * ldc) : _mm512_setzero_ps();
-      acc[i][1] = more ? _mm512_loadu_ps(c + i * ldc + 16) : _mm512_setzero_ps();
-    }
+    load_acc<MR>(acc, c, ldc, more);
     for (int64_t k = 0; k < kc; ++k, a += MR, b += NR) {
       const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
 #pragma GCC unroll 12
@@ -255,11 +273,7 @@ struct Avx512 : Fp32Packing<Avx512> {
         acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
       }
     }
-#pragma GCC unroll 12
-    for (int i = 0; i < MR; ++i) {
-      _mm512_storeu_ps(c + i * ldc, acc[i][0]);
-      _mm512_storeu_ps(c + i * ldc + 16, acc[i][1]);
-    }
+    store_acc<MR>(acc, c, ldc);
   }
 };
 
@@ -398,11 +412,7 @@ struct Bf16Avx512 {
                                                                  const uint32_t* b, float* c,
                                                                  int64_t ldc, bool more) {
     __m512 acc[MR][2];
-#pragma GCC unroll 12
-    for (int i = 0; i < MR; ++i) {
-      acc[i][0] = more ? _mm512_loadu_ps(c + i * ldc) : _mm512_setzero_ps();
-      acc[i][1] = more ? _mm512_loadu_ps(c + i * ldc + 16) : _mm512_setzero_ps();
-    }
+    load_acc<MR>(acc, c, ldc, more);
     for (int64_t p = 0; p < kp; ++p, a += MR, b += NR) {
       const __m512bh b0 = (__m512bh)_mm512_load_si512(b), b1 = (__m512bh)_mm512_load_si512(b + 16);
 #pragma GCC unroll 12
@@ -412,11 +422,7 @@ struct Bf16Avx512 {
         acc[i][1] = _mm512_dpbf16_ps(acc[i][1], ai, b1);
       }
     }
-#pragma GCC unroll 12
-    for (int i = 0; i < MR; ++i) {
-      _mm512_storeu_ps(c + i * ldc, acc[i][0]);
-      _mm512_storeu_ps(c + i * ldc + 16, acc[i][1]);
-    }
+    store_acc<MR>(acc, c, ldc);
   }
 };
 static_assert(kRowAlign % Bf16Avx512::MR == 0 && kColumnAlign % Bf16Avx512::NR == 0,

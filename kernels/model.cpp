@@ -106,9 +106,10 @@ at::Tensor run_ffn(const ModelConfig& c, int l, const NamedTensors& w,
                    const NamedTensors& buffers, const at::Tensor& x, bool training) {
   const std::string p = "layers." + std::to_string(l) + ".";
   FamilyScope family(OpFamily::MoeFfn);
-  if (c.ffn(l) == FfnKind::Dense)
+  if (c.ffn(l) == FfnKind::Dense)  // w2's output enters only the layer's output sum
     return glu_ffn(x, w.at(p + "feed_forward.w13.weight"), w.at(p + "feed_forward.w2.weight"),
-                   c.situ_beta, c.situ_linear_beta);
+                   c.situ_beta, c.situ_linear_beta,
+                   recomputing() ? ProductValue::Unread : ProductValue::Read);
   auto W = [&](const char* name) { return w.at(p + "moe." + name); };
   MoeWeights mw;
   mw.gate = W("router.gate.weight");

@@ -125,9 +125,11 @@ at::Tensor moe(const at::Tensor& x, const MoeWeights& w, const MoeBuffers& b,
   auto routed = gathered.select(1, 0);
   for (int64_t k = 1; k < K; ++k) routed = routed + gathered.select(1, k);
 
-  auto y = project(rms_norm(routed, w.routed_norm, c.norm_eps), w.routed_up);
+  // The last products: their outputs enter only the layer's output sum.
+  const auto last = recomputing() ? ProductValue::Unread : ProductValue::Read;
+  auto y = project(rms_norm(routed, w.routed_norm, c.norm_eps), w.routed_up, last);
   if (w.shared_w13.defined())
-    y = y + glu_ffn(xf, w.shared_w13, w.shared_w2, c.situ_beta, c.situ_linear_beta);
+    y = y + glu_ffn(xf, w.shared_w13, w.shared_w2, c.situ_beta, c.situ_linear_beta, last);
   return y.view(x.sizes());
 }
 

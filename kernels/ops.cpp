@@ -216,10 +216,10 @@ decltype(auto) on_operands(const at::Tensor& t, const F& f) {
 // dw = dy^T x.
 struct ProjectFunction : torch::autograd::Function<ProjectFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
-                            const at::Tensor& w, int64_t isa) {
+                            const at::Tensor& w, int64_t isa, bool read) {
     const int64_t I = w.size(1), O = w.size(0);
     auto x2 = x.reshape({-1, I});
-    auto y = on_operands(x, [&](auto v) {
+    auto y = !read ? at::zeros({x2.size(0), O}, x.options()) : on_operands(x, [&](auto v) {
       using V = decltype(v);
       return gemm_product(gemm::Isa(isa), x2.size(0), O, I, matrix_view<V>(x2),
                           transposed<V>(w), x.options());
@@ -248,7 +248,7 @@ struct ProjectFunction : torch::autograd::Function<ProjectFunction> {
         dw = gemm_product(isa, O, I, M, transposed<V>(dy), matrix_view<V>(x2), w.options());
     });
     if (dx.defined()) dx = dx.view(ctx->saved_data["x_shape"].toIntVector());
-    return {dx, dw, at::Tensor()};
+    return {dx, dw, at::Tensor(), at::Tensor()};
   }
 };
 
@@ -508,10 +508,15 @@ at::Tensor batched_project(const at::Tensor& x, const at::Tensor& w) {
   return at::matmul(x, w.transpose(-1, -2));
 }
 
-at::Tensor project(const at::Tensor& x, const at::Tensor& w) {
+at::Tensor project(const at::Tensor& x, const at::Tensor& w, ProductValue value) {
   if (w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1))
-    if (const auto isa = ours(x, w)) return ProjectFunction::apply(x, w, *isa);
+    if (const auto isa = ours(x, w))
+      return ProjectFunction::apply(x, w, *isa, value == ProductValue::Read);
   return at::matmul(x, w.t());
+}
+
+at::Tensor project(const at::Tensor& x, const at::Tensor& w) {
+  return project(x, w, ProductValue::Read);
 }
 
 at::Tensor situ_glu(const at::Tensor& gate, const at::Tensor& up, double beta,
@@ -577,10 +582,10 @@ at::Tensor situ_glu_rows(const at::Tensor& gu, double beta, double linear_beta) 
 }
 
 at::Tensor glu_ffn(const at::Tensor& x, const at::Tensor& w13, const at::Tensor& w2, double beta,
-                   double linear_beta) {
+                   double linear_beta, ProductValue value) {
   const int64_t H = w13.size(1);
   auto gu = project(x, w13.reshape({2 * H, w13.size(2)}));  // [.., 2H]: gate | up
-  return project(situ_glu_rows(gu, beta, linear_beta), w2);
+  return project(situ_glu_rows(gu, beta, linear_beta), w2, value);
 }
 
 at::Tensor embed_tokens(const at::Tensor& tokens, const at::Tensor& w) {

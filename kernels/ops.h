@@ -24,6 +24,14 @@ at::Tensor rms_norm_ops(const at::Tensor& x_sD, const at::Tensor& w_D, double ep
 // PARITY_GEMM=aten runs at::matmul in fp32 too (PARITY_GEMM=avx512|avx2|scalar picks a path).
 at::Tensor project(const at::Tensor& x_sI, const at::Tensor& w_OI);
 
+// Whether anything reads a product's value. Unread is for a product whose output enters only
+// sums while a checkpointed layer's forward is recomputed (kernels/layer_checkpoint.h): the
+// recompute exists for its graph, and a sum's backward reads no values. An unread product
+// built on parity's products saves x and w and skips the multiply, its value left at zero;
+// its backward is project()'s, bit for bit. Elsewhere (ATen's products) it is project().
+enum class ProductValue { Read, Unread };
+at::Tensor project(const at::Tensor& x_sI, const at::Tensor& w_OI, ProductValue value);
+
 // project() for a batch of matrices: y[g] = x[g] @ w[g]^T for every index g of the leading
 // dims, which x and w share (any strides). x_GMI, w_GOI -> y_GMO. In fp32 on CPU each
 // product is parity's, as project()'s; elsewhere at::matmul(x, w^T). Attention's products:
@@ -53,9 +61,10 @@ at::Tensor situ_glu(const at::Tensor& gate_sH, const at::Tensor& up_sH, double b
 at::Tensor situ_glu_rows(const at::Tensor& gu_s2H, double beta, double linear_beta);
 
 // The gated FFN: w2(SiTU-GLU(w13[0] x, w13[1] x)), the gate and up projections one GEMM.
-// x_sD, w13_2HD (stacked gate/up), w2_DH -> y_sD.
+// x_sD, w13_2HD (stacked gate/up), w2_DH -> y_sD. `value` is w2's product's (Unread: y is
+// zero, its graph whole).
 at::Tensor glu_ffn(const at::Tensor& x_sD, const at::Tensor& w13_2HD, const at::Tensor& w2_DH,
-                   double beta, double linear_beta);
+                   double beta, double linear_beta, ProductValue value = ProductValue::Read);
 
 // Row gather. tokens_BT (int64), w_VD -> x_BTD. Backward is an index_add in token order.
 at::Tensor embed_tokens(const at::Tensor& tokens_BT, const at::Tensor& w_VD);

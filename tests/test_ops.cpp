@@ -995,6 +995,36 @@ TEST(GroupedProject, OtherDtypesAreProjectPerGroupBitwise) {
 }
 
 // grouped_project() refuses counts that do not cover x's rows, naming them.
+// An unread product (ProductValue::Unread, what a checkpointed layer's recompute asks of its
+// FFN's last products) builds project()'s graph: its value is zero where parity's products run
+// and project()'s elsewhere, and its gradients are project()'s, bit for bit, in every dtype.
+TEST(ProjectUnread, GradientsAreProjectsBitwise) {
+  auto gen = at::detail::createCPUGenerator(23);
+  for (const auto dtype : {at::kFloat, at::kBFloat16, at::kDouble}) {
+    const auto x0 = at::randn({2, 70, 48}, gen).to(dtype), w0 = at::randn({40, 48}, gen).to(dtype);
+    const auto dy = at::randn({2, 70, 40}, gen).to(dtype);
+    auto run = [&](k::ProductValue value) {
+      auto x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
+      auto y = k::project(x, w, value);
+      y.backward(dy);
+      return std::vector<at::Tensor>{y.detach(), x.grad(), w.grad()};
+    };
+    const auto read = run(k::ProductValue::Read), unread = run(k::ProductValue::Unread);
+    const std::string what = c10::toString(dtype);
+    EXPECT_TRUE(at::equal(read[0], k::project(x0, w0))) << what;
+    EXPECT_GT(read[0].abs().max().item<double>(), 0.0) << what;
+    EXPECT_EQ(unread[0].sizes(), read[0].sizes()) << what;
+    const bool ours = (dtype == at::kFloat && k::gemm::chosen_isa()) ||
+                      (dtype == at::kBFloat16 && k::gemm::bf16_chosen());
+    if (ours)
+      EXPECT_EQ(unread[0].abs().max().item<double>(), 0.0) << what << ": the multiply is skipped";
+    else
+      EXPECT_TRUE(at::equal(unread[0], read[0])) << what << ": ATen's product, computed";
+    EXPECT_TRUE(at::equal(unread[1], read[1])) << what << ": dx";
+    EXPECT_TRUE(at::equal(unread[2], read[2])) << what << ": dw";
+  }
+}
+
 TEST(GroupedProject, RejectsCountsThatDoNotSumToTheRows) {
   auto x = at::zeros({5, 3}), w = at::zeros({2, 4, 3});
   EXPECT_THROW(k::grouped_project(x, w, {2, 2}), c10::Error);

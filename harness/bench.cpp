@@ -46,22 +46,44 @@ double peak_rss_mib() {
   return ru.ru_maxrss / 1024.0;  // ru_maxrss is in KiB on Linux
 }
 
+using Families = std::array<double, kernels::kOpFamilies>;
+
 class StepTimes : public kernels::StepObserver {
  public:
   void on_step(const kernels::StepRecord& r) override {
     seconds.push_back(r.seconds);
     tokens = r.tokens;
     if (clock) families.push_back(clock->seconds());
-    std::fprintf(stderr, "  step %lld: %.1f ms\n", static_cast<long long>(r.step),
+    std::fprintf(stderr, "  step %lld: %.1f ms", static_cast<long long>(r.step),
                  r.seconds * 1e3);
+    if (probe) {
+      // Between the steps, outside their clocks: the step's own time and families exclude it.
+      peaks.push_back(probe());
+      std::fprintf(stderr, " (fp32 GEMM peak after it %.1f GFLOP/s)", peaks.back());
+      if (clock) resumed.push_back(clock->seconds());
+    }
+    std::fprintf(stderr, "\n");
+  }
+  // The families' seconds charged during step s (0-based).
+  Families step_families(size_t s) const {
+    Families d = families[s];
+    if (s > 0) {
+      const Families& before = resumed.size() >= s ? resumed[s - 1] : families[s - 1];
+      for (int f = 0; f < kernels::kOpFamilies; ++f) d[f] -= before[f];
+    }
+    return d;
   }
   std::vector<double> seconds;
   int64_t tokens = 0;
   const kernels::FamilyClock* clock = nullptr;  // --breakdown: the clock read at each step
-  std::vector<std::array<double, kernels::kOpFamilies>> families;
+  std::vector<Families> families;               // the clock at each step's end
+  // --breakdown: the machine's fp32 GEMM rate measured right after each step (GFLOP/s), so
+  // that each step is held against the rate of its own moment (a virtual machine's speed
+  // drifts by tens of percent between seconds); the clock is read again after the probe.
+  std::function<double()> probe;
+  std::vector<double> peaks;
+  std::vector<Families> resumed;
 };
-
-using Families = std::array<double, kernels::kOpFamilies>;
 
 // The model's FLOPs per step by op family, counted from its shapes: a linear map of an
 // [out, in] weight is 2 out in per token (grouped and depthwise weights alike, routed experts
@@ -141,9 +163,10 @@ void print_breakdown(const BenchOptions& o, const StepTimes& times) {
   const size_t first = static_cast<size_t>(o.warmup_steps);
   const size_t n = times.families.size() - first;
   Families mean{};
-  for (size_t s = first; s < times.families.size(); ++s)
-    for (int f = 0; f < kernels::kOpFamilies; ++f)
-      mean[f] += (times.families[s][f] - (s == 0 ? 0.0 : times.families[s - 1][f])) / double(n);
+  for (size_t s = first; s < times.families.size(); ++s) {
+    const Families d = times.step_families(s);
+    for (int f = 0; f < kernels::kOpFamilies; ++f) mean[f] += d[f] / double(n);
+  }
   double total = 0;
   for (double v : mean) total += v;
   const auto gflops = step_gflops(cfg, times.tokens, o.run.seq_len);
@@ -179,6 +202,17 @@ void print_breakdown(const BenchOptions& o, const StepTimes& times) {
     std::printf(" (%.0f%% of the fp32 one)", 100.0 * total_gflop / total / peak32);
   std::printf(" (FLOPs counted from the shapes: 2 per weight per token, x3 for the backward, "
               "MLA and KDA cores, AdamW)\n");
+  if (times.peaks.size() == times.seconds.size() && n > 0) {
+    // Each measured step against the fp32 peak measured right after it.
+    std::vector<double> shares;
+    std::printf("each step against the fp32 peak measured right after it:");
+    for (size_t s = first; s < times.seconds.size(); ++s) {
+      shares.push_back(100.0 * total_gflop / times.seconds[s] / times.peaks[s]);
+      std::printf(" %.0f%%", shares.back());
+    }
+    const auto [lo, hi] = std::minmax_element(times.peaks.begin() + long(first), times.peaks.end());
+    std::printf(" (peaks %.1f to %.1f GFLOP/s): median %.0f%%\n", *lo, *hi, median(shares));
+  }
   if (o.what != spec::BenchTarget::Pipelined &&
       reference::side_by_side_lanes(train_config(o.run)) > 1)
     std::printf("note: the per-family clock runs the micro-batches one after the other (the "
@@ -230,9 +264,11 @@ int bench_trainer(BenchOptions o) {
              std::string(spec::to_string(o.run.backend_or_default())) + ")";
   StepTimes times;
   std::unique_ptr<kernels::FamilyClock> clock;
+  auto probe_gen = at::detail::createCPUGenerator(o.run.seed);
   if (o.breakdown) {
     clock = std::make_unique<kernels::FamilyClock>();
     times.clock = clock.get();
+    if (!pipe) times.probe = [&] { return gemm_gflops(at::kFloat, 1024, 1, 3, probe_gen); };
   }
   // Printed by the process that ran rank 0 (a worker under --nproc).
   o.run.trainer = pipe ? spec::Trainer::Pipelined : spec::Trainer::Reference;

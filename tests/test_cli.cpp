@@ -673,6 +673,35 @@ TEST_F(Cli, BenchBreakdownSaysWhenItIsNotTheThreadedStep) {
   EXPECT_EQ(pipe.out.find(note), std::string::npos) << pipe.out;
 }
 
+// bench --breakdown holds each measured step against the fp32 GEMM peak measured right after
+// it (a share per step, then their median); stderr names each step's peak. Structure only: the
+// figures are the machine's.
+TEST_F(Cli, BenchBreakdownHoldsEachStepAgainstThePeakAfterIt) {
+  auto r = run("bench --flavor tiny --seq-len 16 --breakdown --what step --warmup-steps 1 "
+               "--measured-steps 3");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string head = "each step against the fp32 peak measured right after it:";
+  const auto at = r.out.find(head);
+  ASSERT_NE(at, std::string::npos) << r.out;
+  std::stringstream line(r.out.substr(at + head.size(), r.out.find('\n', at) - at - head.size()));
+  std::vector<double> shares;
+  std::string w;
+  while (line >> w && w.back() == '%') shares.push_back(std::stod(w));
+  ASSERT_EQ(shares.size(), 3u) << r.out;  // the measured steps, not the warm-up one
+  for (double v : shares) EXPECT_GT(v, 0) << r.out;
+  std::string rest, last;
+  std::getline(line, rest);
+  std::stringstream tail(rest);
+  while (tail >> w) last = w;
+  std::sort(shares.begin(), shares.end());
+  EXPECT_EQ(last, std::to_string(static_cast<int>(shares[1])) + "%") << r.out;
+  int peaks = 0;
+  for (auto p = r.err.find("fp32 GEMM peak after it"); p != std::string::npos;
+       p = r.err.find("fp32 GEMM peak after it", p + 1))
+    ++peaks;
+  EXPECT_EQ(peaks, 4) << r.err;  // every step, the warm-up one too
+}
+
 // bench --what gemm: one row per size, n and the rate consistent with 2 n^3 flops per product
 // (the rate's value is the machine's, never asserted).
 TEST_F(Cli, BenchGemmPrintsARowPerSizeWithItsRate) {

@@ -35,20 +35,22 @@ at::Tensor kda_recurrent(const at::Tensor& q, const at::Tensor& k, const at::Ten
 at::Tensor kda_chunked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                        const at::Tensor& g, const at::Tensor& beta, int64_t chunk);
 
-// The fused form (kernels/kda_fused.h): one vectorised pass per (row, head) with a
-// hand-written backward that keeps only the state entering each chunk of `chunk` tokens,
-// r_t = v_t - S'^T k_t and exp(g), and recomputes the rest. `chunk` is only a checkpoint
-// interval: the bits do not depend on it, only the memory the saved states take (1/chunk of
-// every state) and the backward's working set. fp32 or fp64 inputs (callers upcast bf16);
-// (row, head) pairs run in parallel, each on one thread, so the bits do not depend on the
-// thread count. Differentiable once. CPU only: kda() runs the chunked form for it on CUDA.
+// The fused form (kernels/kda_fused.h): the forward one vectorised pass per (row, head), token
+// by token, keeping only the state entering each chunk of `chunk` tokens and r_t = v_t - S'^T
+// k_t; the backward the chunked form's adjoint, hand-written, over chunks of at most 16
+// tokens inside each saved interval. The output's bits do not depend on `chunk`; the
+// gradients' do (other chunks, other roundings), as does the memory the saved states take
+// (1/chunk of every state). fp32 or fp64 inputs (callers upcast bf16); (row, head) pairs run
+// in parallel, each on one thread, so the bits do not depend on the thread count.
+// Differentiable once. CPU only: kda() runs the chunked form for it on CUDA.
 at::Tensor kda_fused(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                      const at::Tensor& g, const at::Tensor& beta, int64_t chunk);
 
 using spec::KdaImpl;  // named by spec::kda_forms()
 
 // The fused form's checkpoint interval in kda_form: half the states that 16 (the chunked
-// form's chunk) would keep, at the same speed (the recompute of 32 states still fits in L2).
+// form's chunk) would keep; the backward recomputes the state in the middle of each interval
+// by the chunked form and runs chunks of 16.
 constexpr int64_t kFusedCheckpoint = 32;
 
 // The core in the given form (on CUDA the fused form runs as the chunked one). `chunk` is

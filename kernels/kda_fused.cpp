@@ -12,6 +12,10 @@
 
 #include "kernels/loop_elems.h"
 
+#if defined(__SSE2__)
+#include <xmmintrin.h>
+#endif
+
 namespace parity::kernels::kda_core {
 namespace {
 
@@ -384,6 +388,390 @@ PARITY_INLINE void backward_impl(const Shape& s, const E* q, const E* k, const E
   rows.finish();
 }
 
+// ---------------------------------------------------------------------------------------
+// The chunked backward: the same gradients as backward_impl, from the chunked form of the
+// recurrence (docs/design.md [Note: chunked kda]) instead of its per-token adjoint. Per chunk
+// of C tokens (the saved states' interval), S0 the state entering it, G the in-chunk
+// cumulative sum of g, Gam = exp(G), D_t = exp(G_last - G_t), E_ti = exp(G_t - G_i) (i <= t;
+// every one <= 1 where g <= 0), and U the rows u_t = beta_t r_t the forward made:
+//   A[t,i] = sum_k k_t k_i E_ti (i < t)      P[t,i] = sum_k q_t k_i E_ti (i <= t)
+//   X = R + A U  (= V - (K Gam) S0)          (I + diag(beta) A) U = beta X
+//   O = (Q Gam) S0 + P U                     S_last = diag(Gam_last) S0 + (K D)^T U
+// Given dO and dS (the gradient of S_last), the adjoint, line by line:
+//   dU  = (K D) dS + P^T dO                  dY solves (I + diag(beta) A)^T dY = dU
+//   dL[t,i] = -dY_t . U_i (i < t):           dbeta_t = dY_t . X_t + sum_i dL[t,i] A[t,i],
+//                                            dA[t,i] = beta_t dL[t,i]
+//   dX = beta dY (= dV)                      dP[t,i] = dO_t . U_i (i <= t)
+//   dS0 = (Q Gam)^T dO - (K Gam)^T dX + diag(Gam_last) dS    (the next chunk's dS)
+//   d(Q Gam) = dO S0^T    d(K Gam) = -dX S0^T    d(K D) = U dS^T
+// then through the element-wise products to q, k and G (Gam' = Gam, D' = -D, E' by its two
+// ends), and dg_t = sum over the chunk's tokens s >= t of dG_s. The products over value
+// columns are row dots (vector partial sums over the columns in order, then the fixed lane
+// tree); the products into value columns run each output column's sum in the order written.
+// Per state element and token that is 6 multiplies and 6 adds, against the adjoint's 11 and 9.
+
+// The partial sums of x . y over n columns (whole vectors): one vector, lane l holding the
+// columns l, l + W, ... in order.
+template <class E>
+PARITY_INLINE Vec<E> dot_lanes(const E* x, const E* y, int64_t n) {
+  Vec<E> acc = zeros<E>();
+  for (int64_t c = 0; c < n; c += kLanes<E>) acc += load(x + c) * load(y + c);
+  return acc;
+}
+
+// out[j] = the sum of parts' vector j by the fixed lane tree, for j < n, W vectors at a time
+// (lane_sums). parts holds round_up(n, W) vectors; those past n are zeroed here.
+template <class E>
+PARITY_INLINE void lane_sums_n(E* parts, int64_t n, E* out) {
+  constexpr int W = kLanes<E>;
+  for (int64_t j = n; j < round_up(n, W); ++j) store(parts + j * W, zeros<E>());
+  for (int64_t g0 = 0; g0 < n; g0 += W) {
+    alignas(64) E sums[W];
+    store(sums, lane_sums<E>(parts + g0 * W));
+    for (int64_t j = g0; j < std::min(n, g0 + W); ++j) out[j] = sums[j - g0];
+  }
+}
+
+// out[o][0:n) (+)= sum_j coef(o, j) * B[j][0:n) for the rows o in [o0, o1), j in [j0, j1) in
+// j order; n whole vectors, rows ldo apart. Up to four rows by four vectors at a time stay in
+// registers over the whole sum (each B vector loaded once for the four rows); the blocking
+// changes no output's order.
+template <class E, class Coef>
+PARITY_INLINE void rows_combination(int64_t o0, int64_t o1, int64_t n, const E* B, int64_t ldb,
+                                    int64_t j0, int64_t j1, const Coef& coef, E* out,
+                                    int64_t ldo, bool add) {
+  constexpr int W = kLanes<E>;
+  const auto block = [&](int64_t ob, int64_t c0, auto rows, auto nv) PARITY_INLINE_LAMBDA {
+    constexpr int R = decltype(rows)::value, NV = decltype(nv)::value;
+    Vec<E> acc[R][NV];
+    for (int y = 0; y < R; ++y)
+      for (int x = 0; x < NV; ++x)
+        acc[y][x] = add ? load(out + (ob + y) * ldo + c0 + x * W) : zeros<E>();
+    for (int64_t j = j0; j < j1; ++j) {
+      Vec<E> b[NV];
+      for (int x = 0; x < NV; ++x) b[x] = load(B + j * ldb + c0 + x * W);
+      for (int y = 0; y < R; ++y) {
+        const E c = coef(ob + y, j);
+        for (int x = 0; x < NV; ++x) acc[y][x] += b[x] * c;
+      }
+    }
+    for (int y = 0; y < R; ++y)
+      for (int x = 0; x < NV; ++x) store(out + (ob + y) * ldo + c0 + x * W, acc[y][x]);
+  };
+  const auto widths = [&](int64_t ob, auto rows) PARITY_INLINE_LAMBDA {
+    for (int64_t c0 = 0; c0 < n; c0 += 4 * W) switch (std::min<int64_t>(4, (n - c0) / W)) {
+        case 4: block(ob, c0, rows, std::integral_constant<int, 4>{}); break;
+        case 3: block(ob, c0, rows, std::integral_constant<int, 3>{}); break;
+        case 2: block(ob, c0, rows, std::integral_constant<int, 2>{}); break;
+        default: block(ob, c0, rows, std::integral_constant<int, 1>{}); break;
+      }
+  };
+  int64_t ob = o0;
+  for (; ob + 4 <= o1; ob += 4) widths(ob, std::integral_constant<int, 4>{});
+  for (; ob < o1; ++ob) widths(ob, std::integral_constant<int, 1>{});
+}
+
+// dst [n][m] = src [m][n]^T, m and n whole vectors, by W x W blocks transposed in registers.
+template <class E>
+PARITY_INLINE void transpose_to(const E* src, int64_t m, int64_t n, E* dst) {
+  constexpr int W = kLanes<E>;
+  for (int64_t i = 0; i < m; i += W)
+    for (int64_t j = 0; j < n; j += W) {
+      Vec<E> blk[W];
+      for (int x = 0; x < W; ++x) blk[x] = load(src + (i + x) * n + j);
+      transpose<E>(blk);
+      for (int x = 0; x < W; ++x) store(dst + (j + x) * m + i, blk[x]);
+    }
+}
+
+// out = exp(a - b) element-wise over n values (restrict: the arena's arrays never overlap,
+// which lets the loop vectorise).
+template <class E>
+PARITY_INLINE void exp_of_difference(int64_t n, const E* __restrict a, const E* __restrict b,
+                                     E* __restrict out) {
+  for (int64_t c = 0; c < n; ++c) out[c] = loop_elems::fixed_exp(a[c] - b[c]);
+}
+
+// One token's row: G = G_prev + g (g itself for the chunk's first token), Gam = exp(G),
+// Q Gam and K Gam.
+template <class E>
+PARITY_INLINE void decay_row(int64_t n, const E* __restrict gprev, const E* __restrict g,
+                             const E* __restrict q, const E* __restrict k, E* __restrict G,
+                             E* __restrict gam, E* __restrict qg, E* __restrict kg) {
+  for (int64_t c = 0; c < n; ++c) {
+    G[c] = gprev == nullptr ? g[c] : gprev[c] + g[c];
+    gam[c] = loop_elems::fixed_exp(G[c]);
+    qg[c] = q[c] * gam[c];
+    kg[c] = k[c] * gam[c];
+  }
+}
+
+// Denormal inputs read as zero and denormal results flushed to zero (MXCSR's DAZ and FTZ) on
+// this thread while it lives. The chunked backward's decays exp(G) reach far below fp32's
+// normal range on the model's gates (g down to about -30 a token, summed over a chunk), and
+// every operation on a denormal costs a microcode assist; a value below 2^-126 contributes
+// nothing its sums can show. Deterministic on every x86-64 core.
+class FlushDenormals {
+ public:
+#if defined(__SSE2__)
+  FlushDenormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | 0x8040u); }
+  ~FlushDenormals() { _mm_setcsr(saved_); }
+
+ private:
+  unsigned saved_;
+#endif
+};
+
+template <class E>
+PARITY_INLINE void backward_chunked_impl(const Shape& s, const E* q, const E* k, const E* g,
+                                         const E* beta, const E* states, const E* r,
+                                         const E* dout, E* dq, E* dk, E* dv, E* dg, E* dbeta) {
+  constexpr int W = kLanes<E>;
+  const FlushDenormals flush;
+  // Cs: the saved states' interval; C: the chunk the form runs in (its pairwise terms grow
+  // with C, its per-chunk work shrinks: 16 is the least work at K = V = 128).
+  const int64_t T = s.T, K = s.K, V = s.V, Cs = s.chunk, C = std::min<int64_t>(Cs, 16);
+  const int64_t Kp = round_up(K, W), Vp = round_up(V, W), NS = (T + Cs - 1) / Cs;
+  const int64_t n_sub = (std::min(Cs, T) + C - 1) / C - 1;  // recomputed states per interval
+  const PaddedRows<E, 3, 3> keys(T, K, Kp, {q, k, g}, {dq, dk, dg}, false);
+  const PaddedRows<E, 1, 1> values(T, V, Vp, {dout}, {dv}, false);
+  const E *qp = keys.in(0), *kp = keys.in(1), *gp = keys.in(2), *dop = values.in(0);
+  E *dqp = keys.out(0), *dkp = keys.out(1), *dgp = keys.out(2), *dvp = values.out(0);
+  const int64_t CK = C * Kp, CV = C * Vp, KV = Kp * Vp;
+  // The chunk's working arrays, carved from one buffer per thread that later calls reuse (a
+  // fresh zeroed allocation per (row, head) cost more than the arithmetic). Each array is a
+  // whole number of vectors, so every one starts on a 64-byte boundary.
+  thread_local Scratch<E> arena;
+  const int64_t need = 12 * CK + C * (C + 1) / 2 * Kp + 4 * round_up(C * C, W) + 5 * CV +
+                       4 * KV + 2 * round_up(C, W) * W + round_up(C, W) + n_sub * KV;
+  if (static_cast<int64_t>(arena.size()) < need) arena.resize(static_cast<size_t>(need));
+  E* next = arena.data();
+  const auto take = [&](int64_t n) PARITY_INLINE_LAMBDA {
+    E* p = next;
+    next += round_up(n, W);
+    return p;
+  };
+  E *Gc = take(CK), *Gam = take(CK), *Qg = take(CK), *Kg = take(CK), *Dd = take(CK),
+    *Kd = take(CK), *Ep = take(C * (C + 1) / 2 * Kp), *A = take(C * C), *P = take(C * C),
+    *dP = take(C * C), *dA = take(C * C), *U = take(CV), *X = take(CV), *dU = take(CV),
+    *dY = take(CV), *dX = take(CV), *dS = take(KV), *dS0 = take(KV), *S0T = take(KV),
+    *dST = take(KV), *dQg = take(CK), *dKg = take(CK), *dKd = take(CK), *dQ = take(CK),
+    *dK = take(CK), *dG = take(CK), *partsA = take(round_up(C, W) * W),
+    *partsB = take(round_up(C, W) * W), *rowsum = take(C), *Sub = take(n_sub * KV);
+  std::fill(dS, dS + KV, E(0));
+  const auto pair = [](int64_t t, int64_t i) PARITY_INLINE_LAMBDA { return (t * (t + 1) / 2 + i); };
+  // G, Gam, Q Gam, K Gam, D and K D of the Cn tokens from t0.
+  const auto decays = [&](const int64_t t0, const int64_t Cn) PARITY_INLINE_LAMBDA {
+    const int64_t L = Cn - 1;
+    const E *qc = qp + t0 * Kp, *kc = kp + t0 * Kp, *gc = gp + t0 * Kp;
+    for (int64_t t = 0; t < Cn; ++t) {
+      const int64_t at = t * Kp;
+      decay_row<E>(Kp, t == 0 ? nullptr : Gc + at - Kp, gc + at, qc + at, kc + at, Gc + at,
+                   Gam + at, Qg + at, Kg + at);
+    }
+    for (int64_t t = 0; t < L; ++t) exp_of_difference<E>(Kp, Gc + L * Kp, Gc + t * Kp, Dd + t * Kp);
+    std::fill(Dd + L * Kp, Dd + Cn * Kp, E(1));
+    for (int64_t at = 0; at < Cn * Kp; at += W) store(Kd + at, load(kc + at) * load(Dd + at));
+  };
+  // One chunk of Cn tokens from t0, S0 the state entering it; dS the gradient of the state
+  // it leaves, replaced by the gradient of S0.
+  const auto chunk = [&](const int64_t t0, const int64_t Cn, const E* S0) PARITY_INLINE_LAMBDA {
+    const int64_t L = Cn - 1;
+    // The next chunk's rows (the forward wrote them long before): ask for them now, so that
+    // their reads find them in L2.
+    constexpr int64_t kLine = 64 / int64_t(sizeof(E));
+    if (t0 > 0) {
+      for (int64_t at = (t0 - C) * Kp; at < t0 * Kp; at += kLine) {
+        __builtin_prefetch(qp + at, 0, 2);
+        __builtin_prefetch(kp + at, 0, 2);
+        __builtin_prefetch(gp + at, 0, 2);
+      }
+      for (int64_t at = (t0 - C) * Vp; at < t0 * Vp; at += kLine) {
+        __builtin_prefetch(r + at, 0, 2);
+        __builtin_prefetch(dop + at, 0, 2);
+      }
+    }
+    const E *qc = qp + t0 * Kp, *kc = kp + t0 * Kp, *rc = r + t0 * Vp,
+            *doc = dop + t0 * Vp, *bc = beta + t0;
+    decays(t0, Cn);
+    // E, A and P over the pairs i <= t (E = 1 on the diagonal, where A is zero), each row t's
+    // sums over key channels finished together.
+    for (int64_t t = 0; t < Cn; ++t) {
+      const E *qt = qc + t * Kp, *kt = kc + t * Kp;
+      for (int64_t i = 0; i < t; ++i) {
+        E* e = &Ep[pair(t, i) * Kp];
+        const E* ki = kc + i * Kp;
+        exp_of_difference<E>(Kp, Gc + t * Kp, Gc + i * Kp, e);
+        Vec<E> ap = zeros<E>(), pp = zeros<E>();
+        for (int64_t c = 0; c < Kp; c += W) {
+          const Vec<E> kie = load(ki + c) * load(e + c);
+          ap += load(kt + c) * kie;
+          pp += load(qt + c) * kie;
+        }
+        store(partsA + i * W, ap);
+        store(partsB + i * W, pp);
+      }
+      store(partsA + t * W, zeros<E>());
+      store(partsB + t * W, dot_lanes(qt, kt, Kp));
+      lane_sums_n(partsA, t + 1, &A[t * C]);
+      lane_sums_n(partsB, t + 1, &P[t * C]);
+    }
+    for (int64_t t = 0; t < Cn; ++t)
+      for (int64_t c = 0; c < Vp; ++c) U[t * Vp + c] = rc[t * Vp + c] * bc[t];
+    // dU = (K D) dS + P^T dO;  dY by back substitution;  X = R + A U.
+    rows_combination<E>(0, Cn, Vp, dS, Vp, 0, Kp,
+                        [&](int64_t t, int64_t c) PARITY_INLINE_LAMBDA { return Kd[t * Kp + c]; }, dU, Vp,
+                        false);
+    for (int64_t t = 0; t < Cn; ++t)
+      rows_combination<E>(t, t + 1, Vp, doc, Vp, t, Cn,
+                          [&](int64_t, int64_t u) PARITY_INLINE_LAMBDA { return P[u * C + t]; }, dU, Vp, true);
+    for (int64_t t = L; t >= 0; --t) {
+      std::memcpy(&dY[t * Vp], &dU[t * Vp], sizeof(E) * Vp);
+      rows_combination<E>(t, t + 1, Vp, dY, Vp, t + 1, Cn,
+                          [&](int64_t, int64_t u) PARITY_INLINE_LAMBDA { return -(bc[u] * A[u * C + t]); }, dY,
+                          Vp, true);
+    }
+    for (int64_t t = 0; t < Cn; ++t) {
+      std::memcpy(&X[t * Vp], rc + t * Vp, sizeof(E) * Vp);
+      rows_combination<E>(t, t + 1, Vp, U, Vp, 0, t,
+                          [&](int64_t, int64_t i) PARITY_INLINE_LAMBDA { return A[t * C + i]; }, X, Vp, true);
+    }
+    // dbeta, dA, dX = dV, dP.
+    for (int64_t t = 0; t < Cn; ++t) {
+      // dY_t . U_i for i < t and dY_t . X_t in slot t; dO_t . U_i for i <= t.
+      for (int64_t i = 0; i < t; ++i) store(partsA + i * W, dot_lanes(&dY[t * Vp], &U[i * Vp], Vp));
+      store(partsA + t * W, dot_lanes(&dY[t * Vp], &X[t * Vp], Vp));
+      for (int64_t i = 0; i <= t; ++i) store(partsB + i * W, dot_lanes(doc + t * Vp, &U[i * Vp], Vp));
+      lane_sums_n(partsA, t + 1, rowsum);
+      lane_sums_n(partsB, t + 1, &dP[t * C]);
+      E db = rowsum[t];
+      for (int64_t i = 0; i < t; ++i) {
+        const E dl = -rowsum[i];
+        db += dl * A[t * C + i];
+        dA[t * C + i] = bc[t] * dl;
+      }
+      dbeta[t0 + t] = db;
+      for (int64_t c = 0; c < Vp; ++c) dX[t * Vp + c] = bc[t] * dY[t * Vp + c];
+      std::memcpy(dvp + (t0 + t) * Vp, &dX[t * Vp], sizeof(E) * Vp);
+    }
+    // d(Q Gam) = dO S0^T, dX S0^T (= -d(K Gam)), d(K D) = U dS^T, over S0 and dS transposed.
+    transpose_to(S0, Kp, Vp, S0T);
+    transpose_to(dS, Kp, Vp, dST);
+    rows_combination<E>(0, Cn, Kp, S0T, Kp, 0, Vp,
+                        [&](int64_t t, int64_t v) PARITY_INLINE_LAMBDA { return doc[t * Vp + v]; }, dQg, Kp,
+                        false);
+    rows_combination<E>(0, Cn, Kp, S0T, Kp, 0, Vp,
+                        [&](int64_t t, int64_t v) PARITY_INLINE_LAMBDA { return dX[t * Vp + v]; }, dKg, Kp,
+                        false);
+    rows_combination<E>(0, Cn, Kp, dST, Kp, 0, Vp,
+                        [&](int64_t t, int64_t v) PARITY_INLINE_LAMBDA { return U[t * Vp + v]; }, dKd, Kp,
+                        false);
+    // dS0 = (Q Gam)^T dO - (K Gam)^T dX + diag(Gam_last) dS, by rows of key channels.
+    rows_combination<E>(0, Kp, Vp, doc, Vp, 0, Cn,
+                        [&](int64_t c, int64_t t) PARITY_INLINE_LAMBDA { return Qg[t * Kp + c]; }, dS0, Vp,
+                        false);
+    rows_combination<E>(0, Kp, Vp, dX, Vp, 0, Cn,
+                        [&](int64_t c, int64_t t) PARITY_INLINE_LAMBDA { return -Kg[t * Kp + c]; }, dS0, Vp,
+                        true);
+    for (int64_t c = 0; c < Kp; ++c) {
+      const E gl = Gam[L * Kp + c];
+      for (int64_t v = 0; v < Vp; ++v) dS0[c * Vp + v] += gl * dS[c * Vp + v];
+    }
+    // The key-side gradients of the element-wise products.
+    // (D_last = 1: the last token's K D term enters its G with both signs and is left out.)
+    for (int64_t t = 0; t < Cn; ++t)
+      for (int64_t c = t * Kp; c < (t + 1) * Kp; c += W) {
+        const Vec<E> dqg = load(dQg + c), dkg = load(dKg + c), dkd = load(dKd + c);
+        store(dQ + c, dqg * load(Gam + c));
+        store(dK + c, dkd * load(Dd + c) - dkg * load(Gam + c));
+        const Vec<E> dgv = dqg * load(Qg + c) - dkg * load(Kg + c);
+        store(dG + c, t < L ? dgv - dkd * load(Kd + c) : dgv);
+      }
+    for (int64_t c = 0; c < Kp; c += W) {
+      Vec<E> last = load(dG + L * Kp + c);
+      for (int64_t t = 0; t < L; ++t) last += load(dKd + t * Kp + c) * load(Kd + t * Kp + c);
+      store(dG + L * Kp + c, last);
+    }
+    for (int64_t c0 = 0; c0 < Kp; c0 += W) {  // + Gam_last * rowsum(dS o S0)
+      alignas(64) E parts[W * W];
+      for (int x = 0; x < W; ++x) {
+        Vec<E> acc = zeros<E>();
+        for (int64_t v = 0; v < Vp; v += W)
+          acc += load(&dS[(c0 + x) * Vp + v]) * load(S0 + (c0 + x) * Vp + v);
+        store(parts + x * W, acc);
+      }
+      const Vec<E> sums = lane_sums<E>(parts);
+      store(&dG[L * Kp + c0], load(&dG[L * Kp + c0]) + load(&Gam[L * Kp + c0]) * sums);
+    }
+    // The pairs: A's and P's gradients into q, k and G.
+    for (int64_t t = 0; t < Cn; ++t)
+      for (int64_t i = 0; i <= t; ++i) {
+        const E cq = dP[t * C + i], ck = i < t ? dA[t * C + i] : E(0);
+        const E *qt = qc + t * Kp, *kt = kc + t * Kp, *ki = kc + i * Kp, *e = &Ep[pair(t, i) * Kp];
+        E *dqt = &dQ[t * Kp], *dkt = &dK[t * Kp], *dki = &dK[i * Kp], *dgt = &dG[t * Kp],
+          *dgi = &dG[i * Kp];
+        if (i == t) {
+          for (int64_t c = 0; c < Kp; c += W) {
+            store(dqt + c, load(dqt + c) + load(kt + c) * cq);
+            store(dkt + c, load(dkt + c) + load(qt + c) * cq);
+          }
+          continue;
+        }
+        for (int64_t c = 0; c < Kp; c += W) {
+          const Vec<E> kiv = load(ki + c), ev = load(e + c), kie = kiv * ev;
+          store(dqt + c, load(dqt + c) + kie * cq);
+          store(dkt + c, load(dkt + c) + kie * ck);
+          const Vec<E> w = (load(kt + c) * ck + load(qt + c) * cq) * ev;
+          store(dki + c, load(dki + c) + w);
+          const Vec<E> x = w * kiv;
+          store(dgt + c, load(dgt + c) + x);
+          store(dgi + c, load(dgi + c) - x);
+        }
+      }
+    // Out: dq, dk; dg_t = sum_{s >= t} dG_s.
+    for (int64_t t = 0; t < Cn; ++t) {
+      std::memcpy(dqp + (t0 + t) * Kp, &dQ[t * Kp], sizeof(E) * Kp);
+      std::memcpy(dkp + (t0 + t) * Kp, &dK[t * Kp], sizeof(E) * Kp);
+    }
+    for (int64_t c = 0; c < Kp; c += W) {
+      Vec<E> acc = zeros<E>();
+      for (int64_t t = L; t >= 0; --t) {
+        acc += load(dG + t * Kp + c);
+        store(dgp + (t0 + t) * Kp + c, acc);
+      }
+    }
+    std::swap(dS, dS0);
+  };
+  // The saved states' intervals, last to first; inside one, chunks of C tokens: the states
+  // entering all but its first chunk are recomputed from the saved one by the chunked form
+  // (S_next = diag(Gam_last) S0 + (K D)^T U), then the chunks run last to first.
+  for (int64_t n = NS - 1; n >= 0; --n) {
+    const int64_t s0 = n * Cs, len = std::min(Cs, T - s0), m = (len + C - 1) / C;
+    const E* saved = states + n * KV;
+    if (n > 0)  // the next interval's saved state, long written: into L2 now
+      for (int64_t at = 0; at < KV; at += 64 / int64_t(sizeof(E)))
+        __builtin_prefetch(saved - KV + at, 0, 2);
+    for (int64_t j = 0; j + 1 < m; ++j) {
+      const int64_t t0 = s0 + j * C;
+      const E* from = j == 0 ? saved : Sub + (j - 1) * KV;
+      E* to = Sub + j * KV;
+      decays(t0, C);
+      for (int64_t t = 0; t < C; ++t)
+        for (int64_t c = 0; c < Vp; ++c) U[t * Vp + c] = r[(t0 + t) * Vp + c] * beta[t0 + t];
+      rows_combination<E>(0, Kp, Vp, U, Vp, 0, C,
+                          [&](int64_t c, int64_t t) PARITY_INLINE_LAMBDA { return Kd[t * Kp + c]; }, to, Vp, false);
+      for (int64_t c = 0; c < Kp; ++c) {
+        const E gl = Gam[(C - 1) * Kp + c];
+        for (int64_t v = 0; v < Vp; ++v) to[c * Vp + v] += gl * from[c * Vp + v];
+      }
+    }
+    for (int64_t j = m - 1; j >= 0; --j)
+      chunk(s0 + j * C, std::min(C, len - j * C), j == 0 ? saved : Sub + (j - 1) * KV);
+  }
+  keys.finish();
+  values.finish();
+}
+
 PARITY_CLONES void forward_f32(const Shape& s, const float* q, const float* k, const float* v,
                                const float* g, const float* beta, float* o, float* states,
                                float* r, float* a) {
@@ -405,6 +793,20 @@ PARITY_CLONES void backward_f64(const Shape& s, const double* q, const double* k
                                 const double* r, const double* dout, double* dq, double* dk,
                                 double* dv, double* dg, double* dbeta) {
   backward_impl<double>(s, q, k, a, beta, states, r, dout, dq, dk, dv, dg, dbeta);
+}
+
+PARITY_CLONES void backward_chunked_f32(const Shape& s, const float* q, const float* k,
+                                        const float* g, const float* beta, const float* states,
+                                        const float* r, const float* dout, float* dq, float* dk,
+                                        float* dv, float* dg, float* dbeta) {
+  backward_chunked_impl<float>(s, q, k, g, beta, states, r, dout, dq, dk, dv, dg, dbeta);
+}
+PARITY_CLONES void backward_chunked_f64(const Shape& s, const double* q, const double* k,
+                                        const double* g, const double* beta,
+                                        const double* states, const double* r,
+                                        const double* dout, double* dq, double* dk, double* dv,
+                                        double* dg, double* dbeta) {
+  backward_chunked_impl<double>(s, q, k, g, beta, states, r, dout, dq, dk, dv, dg, dbeta);
 }
 
 }  // namespace
@@ -433,6 +835,18 @@ void backward(const Shape& s, const double* q, const double* k, const double* a,
               const double* beta, const double* states, const double* r, const double* dout,
               double* dq, double* dk, double* dv, double* dg, double* dbeta) {
   backward_f64(s, q, k, a, beta, states, r, dout, dq, dk, dv, dg, dbeta);
+}
+
+void backward_chunked(const Shape& s, const float* q, const float* k, const float* g,
+                      const float* beta, const float* states, const float* r, const float* dout,
+                      float* dq, float* dk, float* dv, float* dg, float* dbeta) {
+  backward_chunked_f32(s, q, k, g, beta, states, r, dout, dq, dk, dv, dg, dbeta);
+}
+void backward_chunked(const Shape& s, const double* q, const double* k, const double* g,
+                      const double* beta, const double* states, const double* r,
+                      const double* dout, double* dq, double* dk, double* dv, double* dg,
+                      double* dbeta) {
+  backward_chunked_f64(s, q, k, g, beta, states, r, dout, dq, dk, dv, dg, dbeta);
 }
 
 }  // namespace parity::kernels::kda_core

@@ -4,9 +4,11 @@
 // Forward, per token t (S the [K, V] state, zero before token 0):
 //   S' = diag(a_t) S,  a_t = exp(g_t)     w = S'^T k_t     r_t = v_t - w
 //   S  = S' + k_t (beta_t r_t)^T          o_t = S^T q_t
-// It saves the state entering every chunk of `chunk` tokens, r_t and a_t; the backward walks the
-// chunks last to first, recomputes the chunk's S' from its entering state and r, and runs the
-// adjoint of the four lines above token by token (kda_fused.cpp derives each line).
+// It saves the state entering every chunk of `chunk` tokens, r_t and a_t. Two backwards:
+// backward() walks the chunks last to first, recomputes the chunk's S' from its entering state
+// and r, and runs the adjoint of the four lines above token by token; backward_chunked() (what
+// kda_fused runs) runs the adjoint of the chunked form instead, with fewer operations
+// (kda_fused.cpp derives each line of both).
 //
 // Numerics. Everything runs in the element type (fp32 or fp64; callers upcast bf16); exp is
 // loop_elems::fixed_exp (within 1.2 ulp, the same bits on every machine). The
@@ -49,5 +51,22 @@ void backward(const Shape& s, const float* q, const float* k, const float* a,
 void backward(const Shape& s, const double* q, const double* k, const double* a,
               const double* beta, const double* states, const double* r, const double* dout,
               double* dq, double* dk, double* dv, double* dg, double* dbeta);
+
+// The same gradients from the chunked form (docs/design.md [Note: chunked kda]), from g itself
+// rather than its a: chunks of C = min(s.chunk, 16) tokens, the states entering the chunks
+// inside one saved interval recomputed from its saved one. Per state element and token 6
+// multiplies and 6 adds (backward(): 11 and 9), plus the pairwise in-chunk terms (C^2 / 2
+// exponentials of K channels per chunk). Denormals are flushed for its duration (the decays
+// exp(G) fall far below fp32's normal range). Every sum runs in a fixed order
+// (kda_fused.cpp), so the bits do not depend on the thread count or the vector clone; they
+// depend on s.chunk, and differ from backward()'s by rounding (tests/test_kda.cpp bounds both
+// against each other and the recurrent form).
+void backward_chunked(const Shape& s, const float* q, const float* k, const float* g,
+                      const float* beta, const float* states, const float* r, const float* dout,
+                      float* dq, float* dk, float* dv, float* dg, float* dbeta);
+void backward_chunked(const Shape& s, const double* q, const double* k, const double* g,
+                      const double* beta, const double* states, const double* r,
+                      const double* dout, double* dq, double* dk, double* dv, double* dg,
+                      double* dbeta);
 
 }  // namespace parity::kernels::kda_core

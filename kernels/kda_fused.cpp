@@ -657,15 +657,15 @@ PARITY_INLINE void backward_chunked_impl(const Shape& s, const E* q, const E* k,
     // d(Q Gam) = dO S0^T, dX S0^T (= -d(K Gam)), d(K D) = U dS^T, over S0 and dS transposed.
     transpose_to(S0, Kp, Vp, S0T);
     transpose_to(dS, Kp, Vp, dST);
-    rows_combination<E>(0, Cn, Kp, S0T, Kp, 0, Vp,
-                        [&](int64_t t, int64_t v) PARITY_INLINE_LAMBDA { return doc[t * Vp + v]; }, dQg, Kp,
-                        false);
-    rows_combination<E>(0, Cn, Kp, S0T, Kp, 0, Vp,
-                        [&](int64_t t, int64_t v) PARITY_INLINE_LAMBDA { return dX[t * Vp + v]; }, dKg, Kp,
-                        false);
-    rows_combination<E>(0, Cn, Kp, dST, Kp, 0, Vp,
-                        [&](int64_t t, int64_t v) PARITY_INLINE_LAMBDA { return U[t * Vp + v]; }, dKd, Kp,
-                        false);
+    // out [Cn, Kp] = a [Cn, Vp] times B [Vp, Kp].
+    const auto times = [&](const E* a, const E* B, E* out) PARITY_INLINE_LAMBDA {
+      rows_combination<E>(0, Cn, Kp, B, Kp, 0, Vp,
+                          [&](int64_t t, int64_t v) PARITY_INLINE_LAMBDA { return a[t * Vp + v]; },
+                          out, Kp, false);
+    };
+    times(doc, S0T, dQg);
+    times(dX, S0T, dKg);
+    times(U, dST, dKd);
     // dS0 = (Q Gam)^T dO - (K Gam)^T dX + diag(Gam_last) dS, by rows of key channels.
     rows_combination<E>(0, Kp, Vp, doc, Vp, 0, Cn,
                         [&](int64_t c, int64_t t) PARITY_INLINE_LAMBDA { return Qg[t * Kp + c]; }, dS0, Vp,

@@ -642,29 +642,31 @@ PARITY_INLINE void backward_chunked_impl(const Shape& s, const E* q, const E* k,
     for (int64_t t = 0; t < Cn; ++t)
       for (int64_t c = 0; c < Vp; ++c) U[t * Vp + c] = rc[t * Vp + c] * bc[t];
     // dU = (K D) dS + P^T dO;  dY by back substitution;  X = R + A U.
-    rows_combination<E>(0, Cn, Vp, dS, Vp, 0, Kp,
-                        [&](int64_t t, int64_t c) PARITY_INLINE_LAMBDA { return Kd[t * Kp + c]; }, dU, Vp,
-                        false);
-    for (int64_t t = 0; t < Cn; ++t)
-      rows_combination<E>(t, t + 1, Vp, doc, Vp, t, Cn,
-                          [&](int64_t, int64_t u) PARITY_INLINE_LAMBDA { return P[u * C + t]; }, dU, Vp, true);
+    const auto kd = [&](int64_t t, int64_t c) PARITY_INLINE_LAMBDA { return Kd[t * Kp + c]; };
+    rows_combination<E>(0, Cn, Vp, dS, Vp, 0, Kp, kd, dU, Vp, false);
+    for (int64_t t = 0; t < Cn; ++t) {
+      const auto pt = [&](int64_t, int64_t u) PARITY_INLINE_LAMBDA { return P[u * C + t]; };
+      rows_combination<E>(t, t + 1, Vp, doc, Vp, t, Cn, pt, dU, Vp, true);
+    }
     for (int64_t t = L; t >= 0; --t) {
       std::memcpy(&dY[t * Vp], &dU[t * Vp], sizeof(E) * Vp);
-      rows_combination<E>(t, t + 1, Vp, dY, Vp, t + 1, Cn,
-                          [&](int64_t, int64_t u) PARITY_INLINE_LAMBDA { return -(bc[u] * A[u * C + t]); }, dY,
-                          Vp, true);
+      const auto ba = [&](int64_t, int64_t u) PARITY_INLINE_LAMBDA {
+        return -(bc[u] * A[u * C + t]);
+      };
+      rows_combination<E>(t, t + 1, Vp, dY, Vp, t + 1, Cn, ba, dY, Vp, true);
     }
     for (int64_t t = 0; t < Cn; ++t) {
       std::memcpy(&X[t * Vp], rc + t * Vp, sizeof(E) * Vp);
-      rows_combination<E>(t, t + 1, Vp, U, Vp, 0, t,
-                          [&](int64_t, int64_t i) PARITY_INLINE_LAMBDA { return A[t * C + i]; }, X, Vp, true);
+      const auto at = [&](int64_t, int64_t i) PARITY_INLINE_LAMBDA { return A[t * C + i]; };
+      rows_combination<E>(t, t + 1, Vp, U, Vp, 0, t, at, X, Vp, true);
     }
     // dbeta, dA, dX = dV, dP.
     for (int64_t t = 0; t < Cn; ++t) {
       // dY_t . U_i for i < t and dY_t . X_t in slot t; dO_t . U_i for i <= t.
       for (int64_t i = 0; i < t; ++i) store(partsA + i * W, dot_lanes(&dY[t * Vp], &U[i * Vp], Vp));
       store(partsA + t * W, dot_lanes(&dY[t * Vp], &X[t * Vp], Vp));
-      for (int64_t i = 0; i <= t; ++i) store(partsB + i * W, dot_lanes(doc + t * Vp, &U[i * Vp], Vp));
+      for (int64_t i = 0; i <= t; ++i)
+        store(partsB + i * W, dot_lanes(doc + t * Vp, &U[i * Vp], Vp));
       lane_sums_n(partsA, t + 1, rowsum);
       lane_sums_n(partsB, t + 1, &dP[t * C]);
       E db = rowsum[t];
@@ -690,12 +692,10 @@ PARITY_INLINE void backward_chunked_impl(const Shape& s, const E* q, const E* k,
     times(dX, S0T, dKg);
     times(U, dST, dKd);
     // dS0 = (Q Gam)^T dO - (K Gam)^T dX + diag(Gam_last) dS, by rows of key channels.
-    rows_combination<E>(0, Kp, Vp, doc, Vp, 0, Cn,
-                        [&](int64_t c, int64_t t) PARITY_INLINE_LAMBDA { return Qg[t * Kp + c]; }, dS0, Vp,
-                        false);
-    rows_combination<E>(0, Kp, Vp, dX, Vp, 0, Cn,
-                        [&](int64_t c, int64_t t) PARITY_INLINE_LAMBDA { return -Kg[t * Kp + c]; }, dS0, Vp,
-                        true);
+    const auto qg = [&](int64_t c, int64_t t) PARITY_INLINE_LAMBDA { return Qg[t * Kp + c]; };
+    const auto nkg = [&](int64_t c, int64_t t) PARITY_INLINE_LAMBDA { return -Kg[t * Kp + c]; };
+    rows_combination<E>(0, Kp, Vp, doc, Vp, 0, Cn, qg, dS0, Vp, false);
+    rows_combination<E>(0, Kp, Vp, dX, Vp, 0, Cn, nkg, dS0, Vp, true);
     for (int64_t c = 0; c < Kp; ++c) {
       const E gl = Gam[L * Kp + c];
       for (int64_t v = 0; v < Vp; ++v) dS0[c * Vp + v] += gl * dS[c * Vp + v];
@@ -781,8 +781,8 @@ PARITY_INLINE void backward_chunked_impl(const Shape& s, const E* q, const E* k,
       decays(t0, C);
       for (int64_t t = 0; t < C; ++t)
         for (int64_t c = 0; c < Vp; ++c) U[t * Vp + c] = r[(t0 + t) * Vp + c] * beta[t0 + t];
-      rows_combination<E>(0, Kp, Vp, U, Vp, 0, C,
-                          [&](int64_t c, int64_t t) PARITY_INLINE_LAMBDA { return Kd[t * Kp + c]; }, to, Vp, false);
+      const auto kd = [&](int64_t c, int64_t t) PARITY_INLINE_LAMBDA { return Kd[t * Kp + c]; };
+      rows_combination<E>(0, Kp, Vp, U, Vp, 0, C, kd, to, Vp, false);
       for (int64_t c = 0; c < Kp; ++c) {
         const E gl = Gam[(C - 1) * Kp + c];
         for (int64_t v = 0; v < Vp; ++v) to[c * Vp + v] += gl * from[c * Vp + v];

@@ -102,8 +102,8 @@ E* row_head(const at::Tensor& t, int64_t bh) {
   return t.data_ptr<E>() + bh * (t.numel() / (t.size(0) * t.size(1)));
 }
 
-// The fused core as an autograd Function: forward saves q, k, beta, the decay a = exp(g),
-// the chunk entering states and r; backward runs kda_core::backward on them. When no backward
+// The fused core as an autograd Function: forward saves q, k, g, beta, the states entering
+// each saved interval and r; backward runs kda_core::backward_chunked on them. When no backward
 // can follow (`saves` false: grad mode off, or no input requires grad) the forward writes no
 // states and no r.
 struct KdaFusedFunction : torch::autograd::Function<KdaFusedFunction> {

@@ -55,19 +55,25 @@ double max_rel(const at::Tensor& a, const at::Tensor& b) {
 
 // ---------------------------------------------------------------------------------------
 // Core inputs as the mixer makes them: q, k unit L2 norm per head (q then scaled by K^-1/2),
-// v ~ N(0,1), g ~ U(-5, 0) (the mixer's range), beta ~ U(0, 1). All fp64.
+// v ~ N(0,1), g ~ U(-decay, 0), beta ~ U(0, 1). All fp64. The default decay, 5, is the
+// mixer's range; there a chunk of 8 tokens decays the state by about e^-20, so nothing a
+// form carries across a chunk boundary can show. kWeak (g ~ U(-0.1, 0)) keeps most of the
+// state and its gradient across every boundary, so the tests that compare forms run both.
 struct CoreInputs {
   at::Tensor q, k, v, g, beta;
   std::vector<at::Tensor> list() const { return {q, k, v, g, beta}; }
 };
 
-CoreInputs core_inputs(int64_t B, int64_t H, int64_t T, int64_t K, int64_t V, uint64_t seed) {
+constexpr double kWeak = 0.1;
+
+CoreInputs core_inputs(int64_t B, int64_t H, int64_t T, int64_t K, int64_t V, uint64_t seed,
+                       double decay = 5.0) {
   auto gen = at::detail::createCPUGenerator(seed);
   CoreInputs c;
   c.q = k::l2_normalize(at::randn({B, H, T, K}, gen, f64()), 1e-6) / std::sqrt(double(K));
   c.k = k::l2_normalize(at::randn({B, H, T, K}, gen, f64()), 1e-6);
   c.v = at::randn({B, H, T, V}, gen, f64());
-  c.g = -5.0 * at::rand({B, H, T, K}, gen, f64());
+  c.g = -decay * at::rand({B, H, T, K}, gen, f64());
   c.beta = at::rand({B, H, T}, gen, f64());
   return c;
 }
@@ -204,14 +210,17 @@ std::string form_name(k::KdaImpl impl) {
   return n;
 }
 
-using CoreCase = std::tuple<k::KdaImpl, int /*T*/>;
+using CoreCase = std::tuple<k::KdaImpl, int /*T*/, double /*decay*/>;
+
+// "" for the mixer's decays, "_weak" for kWeak.
+std::string decay_suffix(double decay) { return decay == kWeak ? "_weak" : ""; }
 
 class KdaCoreGradCheck : public ::testing::TestWithParam<CoreCase> {};
 
 TEST_P(KdaCoreGradCheck, CentralDifferencesFp64) {
-  const auto [impl, T] = GetParam();
+  const auto [impl, T, decay] = GetParam();
   const int64_t B = 2, H = 2, K = 8, V = 8, C = 8;
-  auto c = core_inputs(B, H, T, K, V, 40 + T);
+  auto c = core_inputs(B, H, T, K, V, 40 + T, decay);
   TensorFn f = [impl = impl](const std::vector<at::Tensor>& x) {
     return core_form(impl, x, C);
   };
@@ -220,14 +229,18 @@ TEST_P(KdaCoreGradCheck, CentralDifferencesFp64) {
   std::cout << "[ observed ] fd rel err " << r.worst << " (bound " << kFdTol << ")\n";
 }
 
-// T = 16: two full chunks; T = 12: a padded last chunk; T = 5: shorter than one chunk.
+// T = 16: two full chunks; T = 12: a padded last chunk; T = 5: shorter than one chunk;
+// T = 56: the fused form's backward in four chunks (16, 16 | 16, 8) over two of its saved
+// intervals (32 tokens), so both of its carries count: a state's gradient into the chunk
+// before, and the state the second interval recomputes from its saved, non-zero one.
 INSTANTIATE_TEST_SUITE_P(
     Forms, KdaCoreGradCheck,
     ::testing::Combine(::testing::Values(k::KdaImpl::Chunked, k::KdaImpl::Recurrent,
                                          k::KdaImpl::Fused),
-                       ::testing::Values(16, 12, 5)),
+                       ::testing::Values(16, 12, 5, 56), ::testing::Values(5.0, kWeak)),
     [](const auto& info) {
-      return form_name(std::get<0>(info.param)) + "_T" + std::to_string(std::get<1>(info.param));
+      return form_name(std::get<0>(info.param)) + "_T" + std::to_string(std::get<1>(info.param)) +
+             decay_suffix(std::get<2>(info.param));
     });
 
 // ---------------------------------------------------------------------------------------
@@ -360,13 +373,13 @@ Run run_core(const CoreInputs& c, const at::Tensor& R, at::ScalarType dt, k::Kda
   return {o.detach(), g};
 }
 
-using FormsCase = std::tuple<at::ScalarType, int /*T*/>;
+using FormsCase = std::tuple<at::ScalarType, int /*T*/, double /*decay*/>;
 class KdaForms : public ::testing::TestWithParam<FormsCase> {};
 
 TEST_P(KdaForms, RecurrentMatchesChunked) {
-  const auto [dt, T] = GetParam();
+  const auto [dt, T, decay] = GetParam();
   const int64_t B = 2, H = 2, K = 16, V = 16, C = 8;
-  auto c = core_inputs(B, H, T, K, V, 70 + T);
+  auto c = core_inputs(B, H, T, K, V, 70 + T, decay);
   auto gen = at::detail::createCPUGenerator(71 + T);
   auto R = at::randn({B, H, T, V}, gen, f64());
   auto rec = run_core(c, R, dt, k::KdaImpl::Recurrent, C);
@@ -412,10 +425,12 @@ TEST_P(KdaForms, RecurrentMatchesChunked) {
 // full chunks.
 INSTANTIATE_TEST_SUITE_P(DtypesAndLengths, KdaForms,
                          ::testing::Combine(::testing::Values(at::kDouble, at::kFloat),
-                                            ::testing::Values(37, 5, 32)),
+                                            ::testing::Values(37, 5, 32),
+                                            ::testing::Values(5.0, kWeak)),
                          [](const auto& info) {
                            return std::string(dtype_name(std::get<0>(info.param))) + "_T" +
-                                  std::to_string(std::get<1>(info.param));
+                                  std::to_string(std::get<1>(info.param)) +
+                                  decay_suffix(std::get<2>(info.param));
                          });
 
 // The mixer with either core gives the same output (fp64). The layers around the core are
@@ -518,6 +533,7 @@ struct FusedCase {
   const char* name;
   at::ScalarType dt;
   int64_t B, H, T, K, V, C;
+  double decay = 5.0;
 };
 
 class KdaFused : public ::testing::TestWithParam<FusedCase> {};
@@ -530,7 +546,7 @@ class KdaFused : public ::testing::TestWithParam<FusedCase> {};
 // probability >= 1 - 2 exp(-lambda^2 / 2)), lambda = 8 (failure odds < 1e-13).
 TEST_P(KdaFused, MatchesRecurrent) {
   const auto p = GetParam();
-  auto c = core_inputs(p.B, p.H, p.T, p.K, p.V, 300 + p.T + p.K);
+  auto c = core_inputs(p.B, p.H, p.T, p.K, p.V, 300 + p.T + p.K, p.decay);
   auto gen = at::detail::createCPUGenerator(301 + p.T);
   auto R = at::randn({p.B, p.H, p.T, p.V}, gen, f64());
   auto rec = run_core(c, R, p.dt, k::KdaImpl::Recurrent, p.C);
@@ -576,7 +592,7 @@ TEST_P(KdaFused, MatchesRecurrent) {
 
 // T never a multiple of the chunk; key and value widths that are whole vectors (16 floats,
 // 8 doubles) and widths that are not (the kernel pads them); debugmodel's heads (4 x 128,
-// chunk 16) and tiny's (16, chunk 8).
+// chunk 16) and tiny's (16, chunk 8); "_weak" cases with decays that carry across chunks.
 INSTANTIATE_TEST_SUITE_P(
     Shapes, KdaFused,
     ::testing::Values(FusedCase{"debugmodel_fp64", at::kDouble, 1, 4, 250, 128, 128, 16},
@@ -584,7 +600,10 @@ INSTANTIATE_TEST_SUITE_P(
                       FusedCase{"padded_fp64", at::kDouble, 2, 2, 21, 12, 20, 8},
                       FusedCase{"tiny_fp32", at::kFloat, 2, 2, 37, 16, 16, 8},
                       FusedCase{"padded_fp32", at::kFloat, 2, 2, 45, 24, 40, 16},
-                      FusedCase{"short_fp32", at::kFloat, 1, 2, 5, 16, 16, 8}),
+                      FusedCase{"short_fp32", at::kFloat, 1, 2, 5, 16, 16, 8},
+                      FusedCase{"debugmodel_fp64_weak", at::kDouble, 1, 4, 250, 128, 128, 16, kWeak},
+                      FusedCase{"padded_fp64_weak", at::kDouble, 2, 2, 21, 12, 20, 8, kWeak},
+                      FusedCase{"padded_fp32_weak", at::kFloat, 2, 2, 45, 24, 40, 16, kWeak}),
     [](const auto& info) { return std::string(info.param.name); });
 
 bool same_bits(const Run& a, const Run& b) {

@@ -416,7 +416,9 @@ PARITY_INLINE void backward_impl(const Shape& s, const E* q, const E* k, const E
 // recurrence (docs/design.md [Note: chunked kda]) instead of its per-token adjoint. Per chunk
 // of C tokens (the saved states' interval), S0 the state entering it, G the in-chunk
 // cumulative sum of g, Gam = exp(G), D_t = exp(G_last - G_t), E_ti = exp(G_t - G_i) (i <= t;
-// every one <= 1 where g <= 0), and U the rows u_t = beta_t r_t the forward made:
+// every one <= 1 where g <= 0; each formed as the product of the tokens' decays a = exp(g)
+// it spans, in token order: one exp per token and key channel instead of one per pair, and
+// no cancellation in G_t - G_i), and U the rows u_t = beta_t r_t the forward made:
 //   A[t,i] = sum_k k_t k_i E_ti (i < t)      P[t,i] = sum_k q_t k_i E_ti (i <= t)
 //   X = R + A U  (= V - (K Gam) S0)          (I + diag(beta) A) U = beta X
 //   O = (Q Gam) S0 + P U                     S_last = diag(Gam_last) S0 + (K D)^T U
@@ -507,23 +509,23 @@ PARITY_INLINE void transpose_to(const E* src, int64_t m, int64_t n, E* dst) {
     }
 }
 
-// out = exp(a - b) element-wise over n values (restrict: the arena's arrays never overlap,
-// which lets the loop vectorise).
+// out = x y element-wise over n values (restrict: the arena's arrays never overlap, which
+// lets the loops here vectorise).
 template <class E>
-PARITY_INLINE void exp_of_difference(int64_t n, const E* __restrict a, const E* __restrict b,
+PARITY_INLINE void times_elementwise(int64_t n, const E* __restrict x, const E* __restrict y,
                                      E* __restrict out) {
-  for (int64_t c = 0; c < n; ++c) out[c] = loop_elems::fixed_exp(a[c] - b[c]);
+  for (int64_t c = 0; c < n; ++c) out[c] = x[c] * y[c];
 }
 
-// One token's row: G = G_prev + g (g itself for the chunk's first token), Gam = exp(G),
-// Q Gam and K Gam.
+// One token's row: its decay a = exp(g), Gam = Gam_prev a (a itself for the chunk's first
+// token), Q Gam and K Gam.
 template <class E>
-PARITY_INLINE void decay_row(int64_t n, const E* __restrict gprev, const E* __restrict g,
-                             const E* __restrict q, const E* __restrict k, E* __restrict G,
+PARITY_INLINE void decay_row(int64_t n, const E* __restrict gamprev, const E* __restrict g,
+                             const E* __restrict q, const E* __restrict k, E* __restrict a,
                              E* __restrict gam, E* __restrict qg, E* __restrict kg) {
   for (int64_t c = 0; c < n; ++c) {
-    G[c] = gprev == nullptr ? g[c] : gprev[c] + g[c];
-    gam[c] = loop_elems::fixed_exp(G[c]);
+    a[c] = loop_elems::fixed_exp(g[c]);
+    gam[c] = gamprev == nullptr ? a[c] : gamprev[c] * a[c];
     qg[c] = q[c] * gam[c];
     kg[c] = k[c] * gam[c];
   }
@@ -574,7 +576,7 @@ PARITY_INLINE void backward_chunked_impl(const Shape& s, const E* q, const E* k,
     next += round_up(n, W);
     return p;
   };
-  E *Gc = take(CK), *Gam = take(CK), *Qg = take(CK), *Kg = take(CK), *Dd = take(CK),
+  E *Ad = take(CK), *Gam = take(CK), *Qg = take(CK), *Kg = take(CK), *Dd = take(CK),
     *Kd = take(CK), *Ep = take(C * (C + 1) / 2 * Kp), *A = take(C * C), *P = take(C * C),
     *dP = take(C * C), *dA = take(C * C), *U = take(CV), *X = take(CV), *dU = take(CV),
     *dY = take(CV), *dX = take(CV), *dS = take(KV), *dS0 = take(KV), *S0T = take(KV),
@@ -583,17 +585,19 @@ PARITY_INLINE void backward_chunked_impl(const Shape& s, const E* q, const E* k,
     *partsB = take(round_up(C, W) * W), *rowsum = take(C), *Sub = take(n_sub * KV);
   std::fill(dS, dS + KV, E(0));
   const auto pair = [](int64_t t, int64_t i) PARITY_INLINE_LAMBDA { return (t * (t + 1) / 2 + i); };
-  // G, Gam, Q Gam, K Gam, D and K D of the Cn tokens from t0.
+  // a, Gam, Q Gam, K Gam, D and K D of the Cn tokens from t0. Gam and D as products of the
+  // tokens' decays a (D_t = a_{t+1} D_{t+1}, from D_last = 1).
   const auto decays = [&](const int64_t t0, const int64_t Cn) PARITY_INLINE_LAMBDA {
     const int64_t L = Cn - 1;
     const E *qc = qp + t0 * Kp, *kc = kp + t0 * Kp, *gc = gp + t0 * Kp;
     for (int64_t t = 0; t < Cn; ++t) {
       const int64_t at = t * Kp;
-      decay_row<E>(Kp, t == 0 ? nullptr : Gc + at - Kp, gc + at, qc + at, kc + at, Gc + at,
+      decay_row<E>(Kp, t == 0 ? nullptr : Gam + at - Kp, gc + at, qc + at, kc + at, Ad + at,
                    Gam + at, Qg + at, Kg + at);
     }
-    for (int64_t t = 0; t < L; ++t) exp_of_difference<E>(Kp, Gc + L * Kp, Gc + t * Kp, Dd + t * Kp);
     std::fill(Dd + L * Kp, Dd + Cn * Kp, E(1));
+    for (int64_t t = L - 1; t >= 0; --t)
+      times_elementwise<E>(Kp, Ad + (t + 1) * Kp, Dd + (t + 1) * Kp, Dd + t * Kp);
     for (int64_t at = 0; at < Cn * Kp; at += W) store(Kd + at, load(kc + at) * load(Dd + at));
   };
   // One chunk of Cn tokens from t0, S0 the state entering it; dS the gradient of the state
@@ -618,13 +622,19 @@ PARITY_INLINE void backward_chunked_impl(const Shape& s, const E* q, const E* k,
             *doc = dop + t0 * Vp, *bc = beta + t0;
     decays(t0, Cn);
     // E, A and P over the pairs i <= t (E = 1 on the diagonal, where A is zero), each row t's
-    // sums over key channels finished together.
+    // sums over key channels finished together. E's row t is row t-1 times a_t, and a_t
+    // (E_{t,t-1}): E_ti = a_{i+1} ... a_t, multiplied in token order.
     for (int64_t t = 0; t < Cn; ++t) {
       const E *qt = qc + t * Kp, *kt = kc + t * Kp;
+      if (t > 0) {
+        E* row = &Ep[pair(t, 0) * Kp];
+        for (int64_t i = 0; i + 1 < t; ++i)
+          times_elementwise<E>(Kp, &Ep[pair(t - 1, i) * Kp], Ad + t * Kp, row + i * Kp);
+        std::memcpy(row + (t - 1) * Kp, Ad + t * Kp, sizeof(E) * Kp);
+      }
       for (int64_t i = 0; i < t; ++i) {
         E* e = &Ep[pair(t, i) * Kp];
         const E* ki = kc + i * Kp;
-        exp_of_difference<E>(Kp, Gc + t * Kp, Gc + i * Kp, e);
         Vec<E> ap = zeros<E>(), pp = zeros<E>();
         for (int64_t c = 0; c < Kp; c += W) {
           const Vec<E> kie = load(ki + c) * load(e + c);

@@ -516,7 +516,10 @@ TEST(KdaMixer, MatchesTorchtitanCompositionFp64) {
 // through the later decays: adjoint_grad_depth = 2 * 2T(2K + 8) + T (2K + 2V + 8) + T, for
 // the two adjoints together. The fused Function's backward is the chunked form
 // (kda_core::backward_chunked), whose gradients run the chunked form's chains once more:
-// 2 forward_depth(T, K, C) + T (RecurrentMatchesChunked). Fused against the recurrent form's
+// 2 forward_depth(T, K, C) + T (RecurrentMatchesChunked). (It forms its in-chunk decays as
+// products of the tokens' exp(g), each within 2 ulp (FixedExp): at most C (2 + 1) roundings
+// against the C^2 g_max that forward_depth allows for exp(G_t - G_i), so the term still
+// covers it.) Fused against the recurrent form's
 // autograd, the gradients differ by at most (adjoint_grad_depth + chunked_grad_depth) u kappa.
 double fused_fwd_depth(int64_t T, int64_t K) { return 2.0 * double(T) * (2 * K + 8); }
 double adjoint_grad_depth(int64_t T, int64_t K, int64_t V) {
@@ -601,7 +604,8 @@ INSTANTIATE_TEST_SUITE_P(
                       FusedCase{"tiny_fp32", at::kFloat, 2, 2, 37, 16, 16, 8},
                       FusedCase{"padded_fp32", at::kFloat, 2, 2, 45, 24, 40, 16},
                       FusedCase{"short_fp32", at::kFloat, 1, 2, 5, 16, 16, 8},
-                      FusedCase{"debugmodel_fp64_weak", at::kDouble, 1, 4, 250, 128, 128, 16, kWeak},
+                      FusedCase{"debugmodel_fp64_weak", at::kDouble, 1, 4, 250, 128, 128, 16,
+                                kWeak},
                       FusedCase{"padded_fp64_weak", at::kDouble, 2, 2, 21, 12, 20, 8, kWeak},
                       FusedCase{"padded_fp32_weak", at::kFloat, 2, 2, 45, 24, 40, 16, kWeak}),
     [](const auto& info) { return std::string(info.param.name); });

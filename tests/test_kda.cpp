@@ -532,6 +532,9 @@ double fused_grad_depth(int64_t T, int64_t K, int64_t V, int64_t C) {
   return adjoint_grad_depth(T, K, V) + chunked_grad_depth(T, K, C);
 }
 
+// C is the chunk the fused backward runs in, for the bound: kda_form gives the fused form its
+// own 32-token interval, inside which the backward takes chunks of 16, whatever a caller asks
+// (and the recurrent form has none), so every case says 16.
 struct FusedCase {
   const char* name;
   at::ScalarType dt;
@@ -594,19 +597,19 @@ TEST_P(KdaFused, MatchesRecurrent) {
 }
 
 // T never a multiple of the chunk; key and value widths that are whole vectors (16 floats,
-// 8 doubles) and widths that are not (the kernel pads them); debugmodel's heads (4 x 128,
-// chunk 16) and tiny's (16, chunk 8); "_weak" cases with decays that carry across chunks.
+// 8 doubles) and widths that are not (the kernel pads them); debugmodel's heads (4 x 128) and
+// tiny's (16); "_weak" cases with decays that carry across chunks.
 INSTANTIATE_TEST_SUITE_P(
     Shapes, KdaFused,
     ::testing::Values(FusedCase{"debugmodel_fp64", at::kDouble, 1, 4, 250, 128, 128, 16},
-                      FusedCase{"tiny_fp64", at::kDouble, 2, 2, 37, 16, 16, 8},
-                      FusedCase{"padded_fp64", at::kDouble, 2, 2, 21, 12, 20, 8},
-                      FusedCase{"tiny_fp32", at::kFloat, 2, 2, 37, 16, 16, 8},
+                      FusedCase{"tiny_fp64", at::kDouble, 2, 2, 37, 16, 16, 16},
+                      FusedCase{"padded_fp64", at::kDouble, 2, 2, 21, 12, 20, 16},
+                      FusedCase{"tiny_fp32", at::kFloat, 2, 2, 37, 16, 16, 16},
                       FusedCase{"padded_fp32", at::kFloat, 2, 2, 45, 24, 40, 16},
-                      FusedCase{"short_fp32", at::kFloat, 1, 2, 5, 16, 16, 8},
+                      FusedCase{"short_fp32", at::kFloat, 1, 2, 5, 16, 16, 16},
                       FusedCase{"debugmodel_fp64_weak", at::kDouble, 1, 4, 250, 128, 128, 16,
                                 kWeak},
-                      FusedCase{"padded_fp64_weak", at::kDouble, 2, 2, 21, 12, 20, 8, kWeak},
+                      FusedCase{"padded_fp64_weak", at::kDouble, 2, 2, 21, 12, 20, 16, kWeak},
                       FusedCase{"padded_fp32_weak", at::kFloat, 2, 2, 45, 24, 40, 16, kWeak}),
     [](const auto& info) { return std::string(info.param.name); });
 

@@ -102,8 +102,9 @@ E* row_head(const at::Tensor& t, int64_t bh) {
   return t.data_ptr<E>() + bh * (t.numel() / (t.size(0) * t.size(1)));
 }
 
-// The fused core as an autograd Function: forward saves q, k, g, beta, the states entering
-// each saved interval and r; backward runs kda_core::backward_chunked on them. When no backward
+// The fused core as an autograd Function: forward saves q, k, the decay a = exp(g) it made,
+// beta, the states entering each saved interval and r; backward runs
+// kda_core::backward_chunked on them. When no backward
 // can follow (`saves` false: grad mode off, or no input requires grad) the forward writes no
 // states and no r.
 struct KdaFusedFunction : torch::autograd::Function<KdaFusedFunction> {
@@ -137,7 +138,7 @@ struct KdaFusedFunction : torch::autograd::Function<KdaFusedFunction> {
       });
     });
     if (!saves) return o;
-    ctx->save_for_backward({q, k, g, beta, states, r});
+    ctx->save_for_backward({q, k, a, beta, states, r});
     ctx->saved_data["chunk"] = chunk;
     ctx->saved_data["V"] = V;
     return o;
@@ -148,19 +149,19 @@ struct KdaFusedFunction : torch::autograd::Function<KdaFusedFunction> {
     const auto saved = ctx->get_saved_variables();
     if (saved.size() != 6)
       throw std::logic_error("kda_fused: a backward after a forward that saved nothing");
-    const auto &q = saved[0], &k = saved[1], &g = saved[2], &beta = saved[3],
+    const auto &q = saved[0], &k = saved[1], &a = saved[2], &beta = saved[3],
                &states = saved[4], &r = saved[5];
     const int64_t B = q.size(0), H = q.size(1), T = q.size(2), K = q.size(3);
     const int64_t V = ctx->saved_data["V"].toInt();
     const kda_core::Shape s{T, K, V, ctx->saved_data["chunk"].toInt()};
     auto dout = grads[0].contiguous();
-    auto dq = at::empty_like(q), dk = at::empty_like(k), dg = at::empty_like(g),
+    auto dq = at::empty_like(q), dk = at::empty_like(k), dg = at::empty_like(a),
          dbeta = at::empty_like(beta), dv = at::empty({B, H, T, V}, q.options());
     AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "kda_fused_backward", [&] {
       parallel_for(0, B * H, 1, [&](int64_t begin, int64_t end) {
         for (int64_t bh = begin; bh < end; ++bh) {
           const auto slice = [bh](const at::Tensor& t) { return row_head<scalar_t>(t, bh); };
-          kda_core::backward_chunked(s, slice(q), slice(k), slice(g), slice(beta),
+          kda_core::backward_chunked(s, slice(q), slice(k), slice(a), slice(beta),
                                      slice(states), slice(r), slice(dout), slice(dq), slice(dk),
                                      slice(dv), slice(dg), slice(dbeta));
         }

@@ -517,14 +517,13 @@ PARITY_INLINE void times_elementwise(int64_t n, const E* __restrict x, const E* 
   for (int64_t c = 0; c < n; ++c) out[c] = x[c] * y[c];
 }
 
-// One token's row: its decay a = exp(g), Gam = Gam_prev a (a itself for the chunk's first
-// token), Q Gam and K Gam.
+// One token's row: Gam = Gam_prev a (its decay a itself for the chunk's first token), Q Gam
+// and K Gam.
 template <class E>
-PARITY_INLINE void decay_row(int64_t n, const E* __restrict gamprev, const E* __restrict g,
-                             const E* __restrict q, const E* __restrict k, E* __restrict a,
-                             E* __restrict gam, E* __restrict qg, E* __restrict kg) {
+PARITY_INLINE void decay_row(int64_t n, const E* __restrict gamprev, const E* __restrict a,
+                             const E* __restrict q, const E* __restrict k, E* __restrict gam,
+                             E* __restrict qg, E* __restrict kg) {
   for (int64_t c = 0; c < n; ++c) {
-    a[c] = loop_elems::fixed_exp(g[c]);
     gam[c] = gamprev == nullptr ? a[c] : gamprev[c] * a[c];
     qg[c] = q[c] * gam[c];
     kg[c] = k[c] * gam[c];
@@ -548,7 +547,7 @@ class FlushDenormals {
 };
 
 template <class E>
-PARITY_INLINE void backward_chunked_impl(const Shape& s, const E* q, const E* k, const E* g,
+PARITY_INLINE void backward_chunked_impl(const Shape& s, const E* q, const E* k, const E* a,
                                          const E* beta, const E* states, const E* r,
                                          const E* dout, E* dq, E* dk, E* dv, E* dg, E* dbeta) {
   constexpr int W = kLanes<E>;
@@ -558,9 +557,9 @@ PARITY_INLINE void backward_chunked_impl(const Shape& s, const E* q, const E* k,
   const int64_t T = s.T, K = s.K, V = s.V, Cs = s.chunk, C = std::min<int64_t>(Cs, 16);
   const int64_t Kp = round_up(K, W), Vp = round_up(V, W), NS = (T + Cs - 1) / Cs;
   const int64_t n_sub = (std::min(Cs, T) + C - 1) / C - 1;  // recomputed states per interval
-  const PaddedRows<E, 3, 3> keys(T, K, Kp, {q, k, g}, {dq, dk, dg}, false);
+  const PaddedRows<E, 3, 3> keys(T, K, Kp, {q, k, a}, {dq, dk, dg}, false);
   const PaddedRows<E, 1, 1> values(T, V, Vp, {dout}, {dv}, false);
-  const E *qp = keys.in(0), *kp = keys.in(1), *gp = keys.in(2), *dop = values.in(0);
+  const E *qp = keys.in(0), *kp = keys.in(1), *ap = keys.in(2), *dop = values.in(0);
   E *dqp = keys.out(0), *dkp = keys.out(1), *dgp = keys.out(2), *dvp = values.out(0);
   const int64_t CK = C * Kp, CV = C * Vp, KV = Kp * Vp;
   // The chunk's working arrays, carved from one buffer per thread that later calls reuse (a
@@ -576,7 +575,7 @@ PARITY_INLINE void backward_chunked_impl(const Shape& s, const E* q, const E* k,
     next += round_up(n, W);
     return p;
   };
-  E *Ad = take(CK), *Gam = take(CK), *Qg = take(CK), *Kg = take(CK), *Dd = take(CK),
+  E *Gam = take(CK), *Qg = take(CK), *Kg = take(CK), *Dd = take(CK),
     *Kd = take(CK), *Ep = take(C * (C + 1) / 2 * Kp), *A = take(C * C), *P = take(C * C),
     *dP = take(C * C), *dA = take(C * C), *U = take(CV), *X = take(CV), *dU = take(CV),
     *dY = take(CV), *dX = take(CV), *dS = take(KV), *dS0 = take(KV), *S0T = take(KV),
@@ -589,15 +588,15 @@ PARITY_INLINE void backward_chunked_impl(const Shape& s, const E* q, const E* k,
   // tokens' decays a (D_t = a_{t+1} D_{t+1}, from D_last = 1).
   const auto decays = [&](const int64_t t0, const int64_t Cn) PARITY_INLINE_LAMBDA {
     const int64_t L = Cn - 1;
-    const E *qc = qp + t0 * Kp, *kc = kp + t0 * Kp, *gc = gp + t0 * Kp;
+    const E *qc = qp + t0 * Kp, *kc = kp + t0 * Kp, *ac = ap + t0 * Kp;
     for (int64_t t = 0; t < Cn; ++t) {
       const int64_t at = t * Kp;
-      decay_row<E>(Kp, t == 0 ? nullptr : Gam + at - Kp, gc + at, qc + at, kc + at, Ad + at,
-                   Gam + at, Qg + at, Kg + at);
+      decay_row<E>(Kp, t == 0 ? nullptr : Gam + at - Kp, ac + at, qc + at, kc + at, Gam + at,
+                   Qg + at, Kg + at);
     }
     std::fill(Dd + L * Kp, Dd + Cn * Kp, E(1));
     for (int64_t t = L - 1; t >= 0; --t)
-      times_elementwise<E>(Kp, Ad + (t + 1) * Kp, Dd + (t + 1) * Kp, Dd + t * Kp);
+      times_elementwise<E>(Kp, ac + (t + 1) * Kp, Dd + (t + 1) * Kp, Dd + t * Kp);
     for (int64_t at = 0; at < Cn * Kp; at += W) store(Kd + at, load(kc + at) * load(Dd + at));
   };
   // One chunk of Cn tokens from t0, S0 the state entering it; dS the gradient of the state
@@ -611,14 +610,14 @@ PARITY_INLINE void backward_chunked_impl(const Shape& s, const E* q, const E* k,
       for (int64_t at = (t0 - C) * Kp; at < t0 * Kp; at += kLine) {
         __builtin_prefetch(qp + at, 0, 2);
         __builtin_prefetch(kp + at, 0, 2);
-        __builtin_prefetch(gp + at, 0, 2);
+        __builtin_prefetch(ap + at, 0, 2);
       }
       for (int64_t at = (t0 - C) * Vp; at < t0 * Vp; at += kLine) {
         __builtin_prefetch(r + at, 0, 2);
         __builtin_prefetch(dop + at, 0, 2);
       }
     }
-    const E *qc = qp + t0 * Kp, *kc = kp + t0 * Kp, *rc = r + t0 * Vp,
+    const E *qc = qp + t0 * Kp, *kc = kp + t0 * Kp, *ac = ap + t0 * Kp, *rc = r + t0 * Vp,
             *doc = dop + t0 * Vp, *bc = beta + t0;
     decays(t0, Cn);
     // E, A and P over the pairs i <= t (E = 1 on the diagonal, where A is zero), each row t's
@@ -629,8 +628,8 @@ PARITY_INLINE void backward_chunked_impl(const Shape& s, const E* q, const E* k,
       if (t > 0) {
         E* row = &Ep[pair(t, 0) * Kp];
         for (int64_t i = 0; i + 1 < t; ++i)
-          times_elementwise<E>(Kp, &Ep[pair(t - 1, i) * Kp], Ad + t * Kp, row + i * Kp);
-        std::memcpy(row + (t - 1) * Kp, Ad + t * Kp, sizeof(E) * Kp);
+          times_elementwise<E>(Kp, &Ep[pair(t - 1, i) * Kp], ac + t * Kp, row + i * Kp);
+        std::memcpy(row + (t - 1) * Kp, ac + t * Kp, sizeof(E) * Kp);
       }
       for (int64_t i = 0; i < t; ++i) {
         E* e = &Ep[pair(t, i) * Kp];
@@ -829,17 +828,17 @@ PARITY_CLONES void backward_f64(const Shape& s, const double* q, const double* k
 }
 
 PARITY_CLONES void backward_chunked_f32(const Shape& s, const float* q, const float* k,
-                                        const float* g, const float* beta, const float* states,
+                                        const float* a, const float* beta, const float* states,
                                         const float* r, const float* dout, float* dq, float* dk,
                                         float* dv, float* dg, float* dbeta) {
-  backward_chunked_impl<float>(s, q, k, g, beta, states, r, dout, dq, dk, dv, dg, dbeta);
+  backward_chunked_impl<float>(s, q, k, a, beta, states, r, dout, dq, dk, dv, dg, dbeta);
 }
 PARITY_CLONES void backward_chunked_f64(const Shape& s, const double* q, const double* k,
-                                        const double* g, const double* beta,
+                                        const double* a, const double* beta,
                                         const double* states, const double* r,
                                         const double* dout, double* dq, double* dk, double* dv,
                                         double* dg, double* dbeta) {
-  backward_chunked_impl<double>(s, q, k, g, beta, states, r, dout, dq, dk, dv, dg, dbeta);
+  backward_chunked_impl<double>(s, q, k, a, beta, states, r, dout, dq, dk, dv, dg, dbeta);
 }
 
 }  // namespace
@@ -870,16 +869,16 @@ void backward(const Shape& s, const double* q, const double* k, const double* a,
   backward_f64(s, q, k, a, beta, states, r, dout, dq, dk, dv, dg, dbeta);
 }
 
-void backward_chunked(const Shape& s, const float* q, const float* k, const float* g,
+void backward_chunked(const Shape& s, const float* q, const float* k, const float* a,
                       const float* beta, const float* states, const float* r, const float* dout,
                       float* dq, float* dk, float* dv, float* dg, float* dbeta) {
-  backward_chunked_f32(s, q, k, g, beta, states, r, dout, dq, dk, dv, dg, dbeta);
+  backward_chunked_f32(s, q, k, a, beta, states, r, dout, dq, dk, dv, dg, dbeta);
 }
-void backward_chunked(const Shape& s, const double* q, const double* k, const double* g,
+void backward_chunked(const Shape& s, const double* q, const double* k, const double* a,
                       const double* beta, const double* states, const double* r,
                       const double* dout, double* dq, double* dk, double* dv, double* dg,
                       double* dbeta) {
-  backward_chunked_f64(s, q, k, g, beta, states, r, dout, dq, dk, dv, dg, dbeta);
+  backward_chunked_f64(s, q, k, a, beta, states, r, dout, dq, dk, dv, dg, dbeta);
 }
 
 }  // namespace parity::kernels::kda_core

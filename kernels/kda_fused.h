@@ -52,19 +52,19 @@ void backward(const Shape& s, const double* q, const double* k, const double* a,
               const double* beta, const double* states, const double* r, const double* dout,
               double* dq, double* dk, double* dv, double* dg, double* dbeta);
 
-// The same gradients from the chunked form (docs/design.md [Note: chunked kda]), from g itself
-// rather than its a: chunks of C = min(s.chunk, 16) tokens, the states entering the chunks
-// inside one saved interval recomputed from its saved one. Per state element and token 6
-// multiplies and 6 adds (backward(): 11 and 9), plus the pairwise in-chunk terms (C^2 / 2
-// exponentials of K channels per chunk). Denormals are flushed for its duration (the decays
-// exp(G) fall far below fp32's normal range). Every sum runs in a fixed order
+// The same gradients from the chunked form (docs/design.md [Note: chunked kda]), also from the
+// forward's a: chunks of C = min(s.chunk, 16) tokens, the states entering the chunks inside
+// one saved interval recomputed from its saved one. Per state element and token 6 multiplies
+// and 6 adds (backward(): 11 and 9), plus the pairwise in-chunk terms (C^2 / 2 products of K
+// channels per chunk). Denormals are flushed for its duration (the in-chunk decays fall far
+// below fp32's normal range). Every sum runs in a fixed order
 // (kda_fused.cpp), so the bits do not depend on the thread count or the vector clone; they
 // depend on s.chunk, and differ from backward()'s by rounding (tests/test_kda.cpp bounds both
 // against each other and the recurrent form).
-void backward_chunked(const Shape& s, const float* q, const float* k, const float* g,
+void backward_chunked(const Shape& s, const float* q, const float* k, const float* a,
                       const float* beta, const float* states, const float* r, const float* dout,
                       float* dq, float* dk, float* dv, float* dg, float* dbeta);
-void backward_chunked(const Shape& s, const double* q, const double* k, const double* g,
+void backward_chunked(const Shape& s, const double* q, const double* k, const double* a,
                       const double* beta, const double* states, const double* r,
                       const double* dout, double* dq, double* dk, double* dv, double* dg,
                       double* dbeta);

@@ -705,7 +705,7 @@ TEST(KdaCore, ChunkedBackwardMatchesTheAdjoint) {
       k::kda_core::forward(shape, p(q), p(kk), p(v), p(g), p(beta), p(o), p(states), p(r), p(a));
       k::kda_core::backward(shape, p(q), p(kk), p(a), p(beta), p(states), p(r), p(dout),
                             p(adj[0]), p(adj[1]), p(adj[2]), p(adj[3]), p(adj[4]));
-      k::kda_core::backward_chunked(shape, p(q), p(kk), p(g), p(beta), p(states), p(r),
+      k::kda_core::backward_chunked(shape, p(q), p(kk), p(a), p(beta), p(states), p(r),
                                     p(dout), p(chk[0]), p(chk[1]), p(chk[2]), p(chk[3]),
                                     p(chk[4]));
     });

@@ -58,12 +58,15 @@ File File::create(const std::string& path) {
   if (path.empty()) op.fail("empty file name");
   Handle fcpl = file_create_plist(op);
   Handle fapl = file_access_plist(op);
+  // Registered before it exists: a stop between the create and a later registration would
+  // leave the file behind (a stop removes what is registered, dumps/temp_files.h).
+  dumps::register_temp_file(tmp);
   const hid_t id = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl, fapl);
   if (id < 0) {
     std::remove(tmp.c_str());  // not an HDF5 call: the error stack stays for op.fail()
+    dumps::unregister_temp_file(tmp);
     op.fail();
   }
-  dumps::register_temp_file(tmp);  // a stop removes it (dumps/temp_files.h)
   return File(path, tmp, id, true);
 }
 

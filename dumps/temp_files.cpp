@@ -67,9 +67,13 @@ void remove_temp_files() noexcept {
 }
 
 AtomicTextFile::AtomicTextFile(std::string path) : path_(std::move(path)), temp_(temp_path_for(path_)) {
+  register_temp_file(temp_);  // before it exists, so that no stop can fall between the two
   fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw std::runtime_error("cannot write '" + path_ + "': " + system_reason());
-  register_temp_file(temp_);
+  if (fd_ < 0) {
+    const std::string reason = system_reason();
+    unregister_temp_file(temp_);
+    throw std::runtime_error("cannot write '" + path_ + "': " + reason);
+  }
 }
 
 AtomicTextFile::~AtomicTextFile() {

@@ -457,6 +457,17 @@ PARITY_INLINE void lane_sums_n(E* parts, int64_t n, E* out) {
   }
 }
 
+// out[c][0:n) += decay[c] * state[c][0:n) for the rows c in [0, rows): the diag(Gam_last)
+// term of the chunked form, in the state's recompute and in its gradient's carry.
+template <class E>
+PARITY_INLINE void add_decayed_rows(const E* decay, const E* state, int64_t rows, int64_t n,
+                                    E* out) {
+  for (int64_t c = 0; c < rows; ++c) {
+    const E d = decay[c];
+    for (int64_t v = 0; v < n; ++v) out[c * n + v] += d * state[c * n + v];
+  }
+}
+
 // out[o][0:n) (+)= sum_j coef(o, j) * B[j][0:n) for the rows o in [o0, o1), j in [j0, j1) in
 // j order; n whole vectors, rows ldo apart. Up to four rows by four vectors at a time stay in
 // registers over the whole sum (each B vector loaded once for the four rows); the blocking
@@ -705,10 +716,7 @@ PARITY_INLINE void backward_chunked_impl(const Shape& s, const E* q, const E* k,
     const auto nkg = [&](int64_t c, int64_t t) PARITY_INLINE_LAMBDA { return -Kg[t * Kp + c]; };
     rows_combination<E>(0, Kp, Vp, doc, Vp, 0, Cn, qg, dS0, Vp, false);
     rows_combination<E>(0, Kp, Vp, dX, Vp, 0, Cn, nkg, dS0, Vp, true);
-    for (int64_t c = 0; c < Kp; ++c) {
-      const E gl = Gam[L * Kp + c];
-      for (int64_t v = 0; v < Vp; ++v) dS0[c * Vp + v] += gl * dS[c * Vp + v];
-    }
+    add_decayed_rows<E>(Gam + L * Kp, dS, Kp, Vp, dS0);
     // The key-side gradients of the element-wise products.
     // (D_last = 1: the last token's K D term enters its G with both signs and is left out.)
     for (int64_t t = 0; t < Cn; ++t)
@@ -792,10 +800,7 @@ PARITY_INLINE void backward_chunked_impl(const Shape& s, const E* q, const E* k,
         for (int64_t c = 0; c < Vp; ++c) U[t * Vp + c] = r[(t0 + t) * Vp + c] * beta[t0 + t];
       const auto kd = [&](int64_t c, int64_t t) PARITY_INLINE_LAMBDA { return Kd[t * Kp + c]; };
       rows_combination<E>(0, Kp, Vp, U, Vp, 0, C, kd, to, Vp, false);
-      for (int64_t c = 0; c < Kp; ++c) {
-        const E gl = Gam[(C - 1) * Kp + c];
-        for (int64_t v = 0; v < Vp; ++v) to[c * Vp + v] += gl * from[c * Vp + v];
-      }
+      add_decayed_rows<E>(Gam + (C - 1) * Kp, from, Kp, Vp, to);
     }
     for (int64_t j = m - 1; j >= 0; --j)
       chunk(s0 + j * C, std::min(C, len - j * C), j == 0 ? saved : Sub + (j - 1) * KV);

@@ -25,6 +25,7 @@ endif()
 # then its tests indented by two spaces; either may end with a "  # ..." comment.
 string(REPLACE ";" "\\;" listing "${listing}")
 string(REPLACE "\n" ";" lines "${listing}")
+get_filename_component(bin_name "${BIN}" NAME)
 set(suite "")
 set(content "")
 set(group "")
@@ -34,7 +35,6 @@ set(index 0)
 macro(flush_group)
   if(in_group GREATER 0)
     math(EXPR index "${index} + 1")
-    get_filename_component(bin_name "${BIN}" NAME)
     set(name "${bin_name}:${suite}${index}")
     string(APPEND content
            "add_test([=[${name}]=] [==[${BIN}]==] [==[--gtest_filter=${group}]==])\n"

@@ -116,15 +116,8 @@ DumpWriter::DumpWriter(std::string dir, std::set<int64_t> steps, std::string git
       only_(std::move(only)) {
   std::error_code ec;
   // A directory made here goes again if the run is stopped before it wrote a file into it.
-  // Registered before it exists, so that no stop can fall between the two (a stop removes
-  // it only when empty).
-  if (!fs::exists(dir_, ec)) created_dir_ = fs::absolute(dir_, ec).string();
-  if (!created_dir_.empty()) dumps::register_temp_dir(created_dir_);
-  fs::create_directories(dir_, ec);
-  if (ec || !fs::is_directory(dir_)) {
-    if (!created_dir_.empty()) dumps::unregister_temp_dir(created_dir_);
-    throw DumpError("cannot create dump directory '" + dir_ + "': " + ec.message());
-  }
+  created_dir_ = dumps::make_temp_dir(dir_, ec);
+  if (ec) throw DumpError("cannot create dump directory '" + dir_ + "': " + ec.message());
   path_ = (fs::path(dir_) / ("rank" + std::to_string(rank_) + ".h5")).string();
 }
 

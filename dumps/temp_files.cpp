@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <stdexcept>
 
 namespace parity::dumps {
@@ -57,6 +58,24 @@ void register_temp_file(const std::string& path) { add(path, 2); }
 void unregister_temp_file(const std::string& path) { drop(path, 2); }
 void register_temp_dir(const std::string& path) { add(path, 3); }
 void unregister_temp_dir(const std::string& path) { drop(path, 3); }
+
+std::string make_temp_dir(const std::string& path, std::error_code& ec) {
+  ec.clear();
+  if (std::filesystem::exists(path, ec) || ec) {
+    // What create_directories says of an existing path: nothing for a directory, or that
+    // it is not one.
+    if (!ec && !std::filesystem::is_directory(path, ec) && !ec)
+      ec = std::make_error_code(std::errc::not_a_directory);
+    return "";
+  }
+  const std::string made = std::filesystem::absolute(path, ec).string();
+  if (ec) return "";
+  register_temp_dir(made);
+  std::filesystem::create_directories(path, ec);
+  if (!ec) return made;
+  unregister_temp_dir(made);
+  return "";
+}
 
 void remove_temp_files() noexcept {
   for (auto& s : g_slots)

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <string>
+#include <system_error>
 
 namespace parity::dumps {
 
@@ -25,6 +26,12 @@ void unregister_temp_file(const std::string& path);
 // (rmdir(2)), after the files.
 void register_temp_dir(const std::string& path);
 void unregister_temp_dir(const std::string& path);
+
+// Makes the directory `path` (with its parents) when it does not exist yet, registered as
+// above from before it exists, so that no stop can fall between the two. Returns its absolute
+// path when this call made it, "" when it was a directory already or is none now (then `ec`
+// says why, "not a directory" for an existing file, and nothing stays registered).
+std::string make_temp_dir(const std::string& path, std::error_code& ec);
 
 // Removes every registered file, then every registered directory that is empty.
 // Async-signal-safe.

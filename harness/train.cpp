@@ -53,17 +53,10 @@ void run_train(const TrainJob& o) {
   // The dump directory is made here, before any worker starts, so that a stop removes it
   // again when the run made it and wrote nothing into it yet (dumps/temp_files.h).
   std::string made_dir;
-  std::error_code ec;
-  if (!o.dump_dir.empty() && !std::filesystem::exists(o.dump_dir, ec)) {
-    // Registered before it exists, so that no stop can fall between the two (a stop removes
-    // it only when empty).
-    made_dir = std::filesystem::absolute(o.dump_dir).string();
-    dumps::register_temp_dir(made_dir);
-    std::filesystem::create_directories(o.dump_dir, ec);
-    if (ec) {
-      dumps::unregister_temp_dir(made_dir);
-      throw UsageError("--dump '" + o.dump_dir + "' cannot be created: " + ec.message());
-    }
+  if (!o.dump_dir.empty()) {
+    std::error_code ec;
+    made_dir = dumps::make_temp_dir(o.dump_dir, ec);
+    if (ec) throw UsageError("--dump '" + o.dump_dir + "' cannot be created: " + ec.message());
   }
 
   ConsoleObserver console(o.quiet);

@@ -448,7 +448,7 @@ at::Tensor rms_norm_gated_fused(const at::Tensor& o, const at::Tensor& gate, con
   return GatedNormFunction::apply(o, gate, w, eps, stream);
 }
 
-at::Tensor kda(const at::Tensor& x, const KdaWeights& w, const KdaDims& d) {
+at::Tensor kda(const at::Tensor& x, const KdaWeights& w, const KdaDims& d, ProductValue out) {
   const int64_t B = x.size(0), T = x.size(1), H = d.n_heads, K = d.head_dim;
   const auto stream = x.scalar_type();
   const auto acc = accum_dtype(stream);
@@ -493,7 +493,7 @@ at::Tensor kda(const at::Tensor& x, const KdaWeights& w, const KdaDims& d) {
                        d.output_eps)
             .reshape({B, T, H * K});
   }
-  return project(o, w.output_proj);
+  return project(o, w.output_proj, out);
 }
 
 }  // namespace parity::kernels

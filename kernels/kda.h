@@ -14,6 +14,7 @@
 
 #include <string>
 
+#include "kernels/ops.h"
 #include "spec/options.h"
 
 namespace parity::kernels {
@@ -120,6 +121,8 @@ at::Tensor conv_silu(const at::Tensor& x_BTC, const at::Tensor& w_CJ);
 // the q, k, v head step run as causal_conv_fused and heads_fused (the same roundings in the
 // loops' fixed order), and the
 // decay gate and output norm (with its sigmoid) as decay_pre_fused and rms_norm_gated_fused.
-at::Tensor kda(const at::Tensor& x_BTD, const KdaWeights& w, const KdaDims& d);
+// `out` is output_proj's ProductValue (kernels/ops.h): Unread in a checkpointed layer's rerun.
+at::Tensor kda(const at::Tensor& x_BTD, const KdaWeights& w, const KdaDims& d,
+               ProductValue out = ProductValue::Read);
 
 }  // namespace parity::kernels

@@ -19,16 +19,49 @@ struct RecomputeScope {
   ~RecomputeScope() { --t_recomputing; }
 };
 
+// What mixer_sum() does on this thread: nothing (no checkpointed body runs), keep the sum
+// (a first forward) or write the kept one (a rerun). A body runs mixer_sum() exactly once.
+struct MixerSumSlot {
+  enum class Mode { None, Keep, Write } mode = Mode::None;
+  at::Tensor* sum = nullptr;
+  bool used = false;
+};
+thread_local MixerSumSlot t_mixer_sum;
+
+class MixerSumScope {
+ public:
+  MixerSumScope(MixerSumSlot::Mode mode, at::Tensor* sum, int layer)
+      : saved_(t_mixer_sum), layer_(layer) {
+    t_mixer_sum = {mode, sum, false};
+  }
+  // After the body: it ran mixer_sum() once (a layer without a mixer, the exact flavors',
+  // keeps nothing and needs nothing).
+  void done() const {
+    if (t_mixer_sum.mode == MixerSumSlot::Mode::Write && !t_mixer_sum.used && t_mixer_sum.sum->defined())
+      throw std::logic_error("layer " + std::to_string(layer_) +
+                             ": the rerun did not take the kept mixer sum");
+  }
+  ~MixerSumScope() { t_mixer_sum = saved_; }
+  MixerSumScope(const MixerSumScope&) = delete;
+  MixerSumScope& operator=(const MixerSumScope&) = delete;
+
+ private:
+  MixerSumSlot saved_;
+  int layer_;
+};
+
 using torch::autograd::variable_list;
 
 // The backward node of a checkpointed layer. Its next edges are, in order: the running sum,
 // the stack, then the layer's weights (own_, by index into the weights). Its outputs: the
-// layer's running sum, then (when it carries a gradient) its stack.
+// layer's running sum, then (when it carries a gradient) its stack. It holds the running sum
+// after the mixer that the first forward kept (mixer_sum()).
 class LayerRecompute final : public torch::autograd::Node {
  public:
-  LayerRecompute(LayerBody body, NamedTensors w, std::vector<size_t> own, LayerState in, int layer)
+  LayerRecompute(LayerBody body, NamedTensors w, std::vector<size_t> own, LayerState in,
+                 at::Tensor mixer_sum, int layer)
       : body_(std::move(body)), w_(std::move(w)), own_(std::move(own)), in_(std::move(in)),
-        layer_(layer) {}
+        mixer_sum_(std::move(mixer_sum)), layer_(layer) {}
 
   std::string name() const override { return "LayerRecompute"; }
 
@@ -36,6 +69,7 @@ class LayerRecompute final : public torch::autograd::Node {
     body_ = nullptr;
     w_ = NamedTensors();
     in_ = LayerState();
+    mixer_sum_ = at::Tensor();
   }
 
   variable_list apply(variable_list&& grads) override {
@@ -53,7 +87,12 @@ class LayerRecompute final : public torch::autograd::Node {
     LayerState in{leaf(in_.x_BTD), leaf(in_.stack_BTND), in_.docs};
     NamedTensors w = w_;  // handles only: the names are shared
     for (size_t i : own_) w[i] = leaf(w_[i]);
-    LayerState out = body_(w, in);
+    LayerState out;
+    {
+      MixerSumScope kept(MixerSumSlot::Mode::Write, &mixer_sum_, layer_);
+      out = body_(w, in);
+      kept.done();
+    }
 
     std::vector<at::Tensor> outs, gouts;
     if (grads.at(0).defined() && out.x_BTD.requires_grad()) {
@@ -92,12 +131,32 @@ class LayerRecompute final : public torch::autograd::Node {
   NamedTensors w_;
   std::vector<size_t> own_;
   LayerState in_;
+  at::Tensor mixer_sum_;
   int layer_;
 };
 
 }  // namespace
 
 bool recomputing() { return t_recomputing > 0; }
+
+at::Tensor mixer_sum(const at::Tensor& sum) {
+  auto& slot = t_mixer_sum;
+  if (slot.mode == MixerSumSlot::Mode::None) return sum;
+  if (slot.used) throw std::logic_error("mixer_sum: a layer's body passed two sums");
+  slot.used = true;
+  if (slot.mode == MixerSumSlot::Mode::Keep) {
+    *slot.sum = sum;
+    return sum;
+  }
+  const at::Tensor& kept = *slot.sum;
+  if (!kept.defined() || kept.sizes() != sum.sizes() || kept.scalar_type() != sum.scalar_type())
+    throw std::logic_error("mixer_sum: the rerun's sum is not the shape and dtype of the kept one");
+  // Through variable_data() (a handle on sum's storage with its own version counter, as `.data`
+  // is): no autograd record and no version bump, which a view made by a custom Function (the
+  // projection's output) may not take. Nothing has saved sum yet: its node reads no values.
+  sum.variable_data().copy_(kept);
+  return sum;
+}
 
 LayerState checkpointed_layer(LayerBody body, const NamedTensors& w, const std::string& prefix,
                               const LayerState& in, int layer) {
@@ -106,8 +165,10 @@ LayerState checkpointed_layer(LayerBody body, const NamedTensors& w, const std::
     if (w.names()[i].compare(0, prefix.size(), prefix) == 0) own.push_back(i);
 
   LayerState out;
+  at::Tensor kept;
   {
     at::NoGradGuard no_grad;
+    MixerSumScope keep(MixerSumSlot::Mode::Keep, &kept, layer);
     out = body(w, in);
   }
   bool any = in.x_BTD.requires_grad() || in.stack_BTND.requires_grad();
@@ -124,7 +185,8 @@ LayerState checkpointed_layer(LayerBody body, const NamedTensors& w, const std::
   std::vector<at::Tensor> edges{in.x_BTD, in.stack_BTND};
   for (size_t i : own) edges.push_back(w[i]);
   auto node = std::shared_ptr<LayerRecompute>(
-      new LayerRecompute(std::move(body), w, own, in, layer), torch::autograd::deleteNode);
+      new LayerRecompute(std::move(body), w, own, in, std::move(kept), layer),
+      torch::autograd::deleteNode);
   node->set_next_edges(torch::autograd::collect_next_edges(edges));
   torch::autograd::set_history(x, node);
   if (stack_grad) torch::autograd::set_history(stack, node);

@@ -13,6 +13,11 @@
 // A recomputed forward is a training forward (the MoE selects as in training) that records
 // nothing: the expert-bias balancer counts the tokens of the first forward only
 // (recomputing()).
+//
+// Besides its inputs a checkpointed layer keeps one tensor of its own: the running sum after
+// its mixer (mixer_sum()), so that the rerun need not compute the value of the mixer's output
+// projection (the products that feed only sums skip their values in the rerun: kernels/ops.h's
+// ProductValue).
 #pragma once
 
 #include <functional>
@@ -31,5 +36,13 @@ LayerState checkpointed_layer(LayerBody body, const NamedTensors& w, const std::
 
 // True on the thread that is recomputing a checkpointed layer's forward.
 bool recomputing();
+
+// The running sum after the mixer, `sum` (the sum the layer entered plus the mixer's output, or
+// the mixer's output where the layer opens a block), passed through a layer's body once. In a
+// checkpointed layer's first forward the checkpoint keeps it; in the rerun, where the mixer's
+// output projection left its value unread (zero), the kept bits are written into `sum`'s
+// storage: its graph is the rerun's own (an add's or the projection's, whose backwards read no
+// values), its value the first forward's. Elsewhere it returns `sum` as it is.
+at::Tensor mixer_sum(const at::Tensor& sum);
 
 }  // namespace parity::kernels

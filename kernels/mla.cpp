@@ -23,7 +23,7 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
   return batched_project(probs, v.transpose(-1, -2));
 }
 
-at::Tensor mla(const at::Tensor& x, const MlaWeights& w, const MlaDims& d) {
+at::Tensor mla(const at::Tensor& x, const MlaWeights& w, const MlaDims& d, ProductValue out) {
   const int64_t B = x.size(0), T = x.size(1), H = d.n_heads;
   const int64_t dk = d.qk_nope + d.qk_rope;
 
@@ -42,7 +42,7 @@ at::Tensor mla(const at::Tensor& x, const MlaWeights& w, const MlaDims& d) {
   auto o = causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                             1.0 / std::sqrt(static_cast<double>(dk)));  // [B,H,T,v]
   o = o.transpose(1, 2).reshape({B, T, H * d.v_head});
-  return project(o * at::sigmoid(project(x, w.gate)), w.wo);
+  return project(o * at::sigmoid(project(x, w.gate)), w.wo, out);
 }
 
 }  // namespace parity::kernels

@@ -10,6 +10,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "kernels/ops.h"
+
 namespace parity::kernels {
 
 struct MlaDims {
@@ -21,8 +23,10 @@ struct MlaWeights {
   at::Tensor wq_a, q_norm, wq_b, wkv_a, kv_norm, wkv_b, gate, wo;
 };
 
-// x_BTD -> y_BTD
-at::Tensor mla(const at::Tensor& x_BTD, const MlaWeights& w, const MlaDims& d);
+// x_BTD -> y_BTD. `out` is wo's ProductValue (kernels/ops.h): Unread in a checkpointed layer's
+// rerun.
+at::Tensor mla(const at::Tensor& x_BTD, const MlaWeights& w, const MlaDims& d,
+               ProductValue out = ProductValue::Read);
 
 // Causal softmax attention. q_BHTK, k_BHTK, v_BHTV -> o_BHTV; scores (from the product of q
 // and k on) and softmax in acc, probabilities cast to v's dtype before the value product.

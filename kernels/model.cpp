@@ -70,14 +70,17 @@ at::Tensor run_mixer(const ModelConfig& c, const ModelOptions& o, int l, const N
                      const at::Tensor& x) {
   const std::string p = "layers." + std::to_string(l) + ".";
   FamilyScope family(c.mixer(l) == MixerKind::MLA ? OpFamily::Mla : OpFamily::Kda);
+  // The output projection feeds only the running sum, which a rerun takes from the first
+  // forward (mixer_sum()).
+  const auto out = recomputing() ? ProductValue::Unread : ProductValue::Read;
   if (c.mixer(l) == MixerKind::MLA) {
     auto W = [&](const char* name) { return w.at(p + "attention." + name); };
     MlaWeights mw{W("wq_a.weight"), W("q_norm.weight"), W("wq_b.weight"), W("wkv_a.weight"),
                   W("kv_norm.weight"), W("wkv_b.weight"), W("gate.weight"), W("wo.weight")};
     MlaDims d{c.n_heads, c.q_lora, c.kv_lora, c.qk_nope, c.qk_rope, c.v_head, c.norm_eps};
-    return mla(x, mw, d);
+    return mla(x, mw, d, out);
   }
-  return kda(x, kda_weights(w, l), kda_dims(c, o.kda));
+  return kda(x, kda_weights(w, l), kda_dims(c, o.kda), out);
 }
 
 // The mixer on each document of each row by itself: a block-causal MLA and a KDA whose
@@ -152,7 +155,13 @@ LayerState Model::layer(int l, const NamedTensors& w, const NamedTensors& buffer
       memory_mark("backward layer " + std::to_string(l), false);
     });
   LayerState out;
-  if (opts_.checkpoint_layers && training && at::GradMode::is_enabled() && !recomputing()) {
+  // The last layer is not checkpointed: only the head runs between its forward and its
+  // backward (in the reference, and on the pipeline's last stage in both schedules, whose
+  // forward of the last stage is followed by that micro-batch's backward), so a rerun would
+  // rebuild at once what its forward had just dropped, and the peak is the same either way.
+  const bool last = l == cfg_.n_layers - 1;
+  if (opts_.checkpoint_layers && !last && training && at::GradMode::is_enabled() &&
+      !recomputing()) {
     if (ledger_active())
       throw ConfigError("the contribution ledger taps each stack read once; --ac layer would "
                         "run every read twice (forward and recompute): drop --ac layer or "
@@ -199,7 +208,7 @@ LayerState Model::layer_body(int l, const NamedTensors& w, const NamedTensors& b
   }
   {
     MemoryTag tag(MemCategory::Partial);
-    prefix = opens ? h : prefix + h;
+    prefix = mixer_sum(opens ? h : prefix + h);
   }
   if (opens) memory_retag(prefix, MemCategory::Partial);  // the mixer's output is the sum now
   h = read(cfg_, opts_, ledger_read(stack, p + "ffn", l), prefix, w.at(p + "ffn_res_proj.weight"),

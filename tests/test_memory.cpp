@@ -165,23 +165,29 @@ TEST(MemoryLedger, CategoriesAddUpToTheAllocatorsCountAtEveryMark) {
   }
 }
 
-// The reviewer's example, 2 blocks x 4 layers. Under --ac layer each layer keeps its inputs:
-// the stack of every size the forward made, 1 + 2 + ... + N columns, N(N+1)/2.
-TEST(MemoryLedger, CheckpointedForwardKeepsNTimesNPlusOneOverTwoStackColumns) {
+// The reviewer's example, 2 blocks x 4 layers, and debugmodel's 17. Under --ac layer every
+// layer but the last is checkpointed; after the last checkpointed one (layer L - 2, the first
+// L - 1 layers of N' = (L - 2) / lpb + 1 blocks) each has kept its inputs and its mixer sum:
+//   the stack of every size those layers made, 1 + 2 + ... + N' columns, N'(N'+1)/2;
+//   the running sums made by layers 0..L-2 (each the next layer's input, the last the state
+//   the forward goes on with; layer 0's input is the embedding's), L - 1 columns, and each
+//   layer's running sum after its mixer (mixer_sum()), L - 1 more: 2 (L - 1) [B, T, D] columns.
+// Nothing of their insides survives. The last layer, not checkpointed, keeps its insides until
+// its backward, which follows the head.
+TEST(MemoryLedger, CheckpointedForwardKeepsItsInputsAndOneMixerSumPerLayer) {
   for (int layers : {8, 17}) {
     const auto m = measure(layers, spec::AttnResImpl::Fused, true);
-    const int64_t N = m.model.n_blocks();
-    const auto& end = after_forward(m, layers - 1);
+    const int64_t N = (layers - 2) / m.model.layers_per_block + 1;
+    const auto& end = after_forward(m, layers - 2);
     EXPECT_EQ(live(end, MemCategory::Stack), N * (N + 1) / 2 * m.column_bytes)
-        << layers << " layers, " << N << " blocks";
-    // Each layer keeps its input running sum, the one before it made (layer 0's is the
-    // embedding's output), and the last layer's output is the forward's state: one [B, T, D]
-    // partial sum per layer.
-    EXPECT_EQ(live(end, MemCategory::Partial), layers * m.column_bytes) << layers;
-    // Nothing of the layers' insides survives their forward.
+        << layers << " layers, " << N << " blocks checkpointed";
+    EXPECT_EQ(live(end, MemCategory::Partial), 2 * (layers - 1) * m.column_bytes) << layers;
     EXPECT_EQ(live(end, MemCategory::AttnRes), 0);
     EXPECT_EQ(live(end, MemCategory::Mixer), 0);
     EXPECT_EQ(live(end, MemCategory::Ffn), 0);
+    const auto& last = after_forward(m, layers - 1);
+    EXPECT_GT(live(last, MemCategory::Mixer), 0) << layers;
+    EXPECT_GT(live(last, MemCategory::Ffn), 0) << layers;
   }
 }
 

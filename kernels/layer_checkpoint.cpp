@@ -37,7 +37,8 @@ class MixerSumScope {
   // After the body: it ran mixer_sum() once (a layer without a mixer, the exact flavors',
   // keeps nothing and needs nothing).
   void done() const {
-    if (t_mixer_sum.mode == MixerSumSlot::Mode::Write && !t_mixer_sum.used && t_mixer_sum.sum->defined())
+    const auto& slot = t_mixer_sum;
+    if (slot.mode == MixerSumSlot::Mode::Write && !slot.used && slot.sum->defined())
       throw std::logic_error("layer " + std::to_string(layer_) +
                              ": the rerun did not take the kept mixer sum");
   }

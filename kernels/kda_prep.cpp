@@ -189,31 +189,64 @@ PARITY_INLINE void conv_bwd(const ConvShape& s, const S* x, const S* w, const S*
   });
 }
 
+// The l2 forms below take the sum over a row's key channels for kRows tokens at once: each
+// token's sum is still its own chain in key order, and the chains run side by side, so the
+// adds do not wait on one another (one chain at a time waits an add's latency per channel).
+constexpr int64_t kRows = 8;
+
+// The rows of tokens [t, t + n) of (row b, head h) in a: row j at a + ((b T + t + j) H + h) K.
+template <class S>
+PARITY_INLINE const S* head_row(const HeadsShape& s, const S* a, int64_t bh, int64_t t) {
+  return a + ((bh / s.H * s.T + t) * s.H + bh % s.H) * s.K;
+}
+
+// sums[j] = sum over k ascending of x_j[k] y_j[k] for the n <= kRows rows x_j = x + j * ldx
+// (widened from S) and y_j = y + j * ldy.
+template <class S, class A>
+PARITY_INLINE void row_dots(const S* x, int64_t ldx, const A* y, int64_t ldy, int64_t K,
+                            int64_t n, A* sums) {
+  for (int64_t j = 0; j < kRows; ++j) sums[j] = 0;
+  if (n == kRows) {
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t j = 0; j < kRows; ++j) sums[j] += widen<S>(x[j * ldx + k]) * y[j * ldy + k];
+    return;
+  }
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t j = 0; j < n; ++j) sums[j] += widen<S>(x[j * ldx + k]) * y[j * ldy + k];
+}
+
 template <class S>
 PARITY_INLINE void heads_fwd(const HeadsShape& s, const S* a, Acc<S>* out, Acc<S>* inv,
                              int64_t bh0, int64_t bh1) {
   using A = Acc<S>;
-  const int64_t T = s.T, H = s.H, K = s.K;
+  const int64_t T = s.T, K = s.K, ld = s.H * s.K;
   const A eps = A(s.eps), scale = A(s.scale);
+  std::vector<A> sq(kRows * K);
   for (int64_t bh = bh0; bh < bh1; ++bh) {
-    const int64_t b = bh / H, h = bh % H;
-    for (int64_t t = 0; t < T; ++t) {
-      const S* ar = a + ((b * T + t) * H + h) * K;
-      A* o = out + (bh * T + t) * K;
+    for (int64_t t0 = 0; t0 < T; t0 += kRows) {
+      const int64_t n = std::min(kRows, T - t0);
+      const S* a0 = head_row(s, a, bh, t0);
       if (!s.l2) {
-        for (int64_t k = 0; k < K; ++k) o[k] = widen<S>(ar[k]);
+        for (int64_t j = 0; j < n; ++j) {
+          A* o = out + (bh * T + t0 + j) * K;
+          for (int64_t k = 0; k < K; ++k) o[k] = widen<S>(a0[j * ld + k]);
+        }
         continue;
       }
-      A ss = 0;
-      for (int64_t k = 0; k < K; ++k) {
-        const A v = widen<S>(ar[k]);
-        ss += v * v;
+      // sum a^2 as sum a * a: the square of each channel, rounded, then added in order.
+      A ss[kRows];
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t k = 0; k < K; ++k) sq[j * K + k] = widen<S>(a0[j * ld + k]);
+      row_dots(a0, ld, sq.data(), K, K, n, ss);
+      for (int64_t j = 0; j < n; ++j) {
+        const S* ar = a0 + j * ld;
+        A* o = out + (bh * T + t0 + j) * K;
+        const A iv = A(1) / std::sqrt(ss[j] + eps);
+        inv[bh * T + t0 + j] = iv;
+        for (int64_t k = 0; k < K; ++k) o[k] = round_trip<S>(widen<S>(ar[k]) * iv);
+        if (s.scale != 1.0)
+          for (int64_t k = 0; k < K; ++k) o[k] = o[k] * scale;
       }
-      const A iv = A(1) / std::sqrt(ss + eps);
-      inv[bh * T + t] = iv;
-      for (int64_t k = 0; k < K; ++k) o[k] = round_trip<S>(widen<S>(ar[k]) * iv);
-      if (s.scale != 1.0)
-        for (int64_t k = 0; k < K; ++k) o[k] = o[k] * scale;
     }
   }
 }
@@ -224,25 +257,34 @@ template <class S>
 PARITY_INLINE void heads_bwd(const HeadsShape& s, const S* a, const Acc<S>* inv,
                              const Acc<S>* dout, S* da, int64_t bh0, int64_t bh1) {
   using A = Acc<S>;
-  const int64_t T = s.T, H = s.H, K = s.K;
+  const int64_t T = s.T, K = s.K, ld = s.H * s.K;
   const A scale = A(s.scale);
-  std::vector<A> dn(K);
+  std::vector<A> dn(kRows * K);
   for (int64_t bh = bh0; bh < bh1; ++bh) {
-    const int64_t b = bh / H, h = bh % H;
-    for (int64_t t = 0; t < T; ++t) {
-      const A* dor = dout + (bh * T + t) * K;
-      S* dar = da + ((b * T + t) * H + h) * K;
-      for (int64_t k = 0; k < K; ++k) dn[k] = s.scale != 1.0 ? dor[k] * scale : dor[k];
+    for (int64_t t0 = 0; t0 < T; t0 += kRows) {
+      const int64_t n = std::min(kRows, T - t0);
+      for (int64_t j = 0; j < n; ++j) {
+        const A* dor = dout + (bh * T + t0 + j) * K;
+        for (int64_t k = 0; k < K; ++k)
+          dn[j * K + k] = s.scale != 1.0 ? dor[k] * scale : dor[k];
+      }
+      S* da0 = const_cast<S*>(head_row(s, static_cast<const S*>(da), bh, t0));
       if (!s.l2) {
-        for (int64_t k = 0; k < K; ++k) dar[k] = narrow<S>(dn[k]);
+        for (int64_t j = 0; j < n; ++j)
+          for (int64_t k = 0; k < K; ++k) da0[j * ld + k] = narrow<S>(dn[j * K + k]);
         continue;
       }
-      const S* ar = a + ((b * T + t) * H + h) * K;
-      A dot = 0;
-      for (int64_t k = 0; k < K; ++k) dot += widen<S>(ar[k]) * dn[k];
-      const A iv = inv[bh * T + t];
-      const A c = iv * iv * iv * dot;
-      for (int64_t k = 0; k < K; ++k) dar[k] = narrow<S>(iv * dn[k] - widen<S>(ar[k]) * c);
+      const S* a0 = head_row(s, a, bh, t0);
+      A dot[kRows];
+      row_dots(a0, ld, dn.data(), K, K, n, dot);
+      for (int64_t j = 0; j < n; ++j) {
+        const S* ar = a0 + j * ld;
+        const A* dnr = dn.data() + j * K;
+        const A iv = inv[bh * T + t0 + j];
+        const A c = iv * iv * iv * dot[j];
+        for (int64_t k = 0; k < K; ++k)
+          da0[j * ld + k] = narrow<S>(iv * dnr[k] - widen<S>(ar[k]) * c);
+      }
     }
   }
 }

@@ -27,6 +27,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <iostream>
 #include <limits>
@@ -955,6 +956,43 @@ TEST(KdaPrep, HeadsMatchReadableFp64) {
     auto diff = (fused[1] - readable[1]).view({B, T, H, K}).abs();
     EXPECT_LE((diff - bound).max().item<double>(), 0.0) << "gradient, l2 " << l2;
   }
+}
+
+// Bitwise: heads_fused's l2 forward in fp32 is the order kda_prep.h writes, evaluated here
+// one element at a time: per (row, token, head) the squares summed in key order from zero,
+// 1 / sqrt(sum + eps), each value times that, then the scale. T = 13 runs the loops' blocks
+// of tokens (8 at a time) and a partial one; K = 40 is not a whole number of vectors.
+TEST(KdaPrep, HeadsL2ForwardIsTheWrittenOrderFp32) {
+  const int64_t B = 2, T = 13, H = 3, K = 40;
+  const float eps = 1e-6f, scale = 0.3f;
+  auto gen = at::detail::createCPUGenerator(405);
+  auto a = at::randn({B, T, H * K}, gen, at::TensorOptions().dtype(at::kFloat));
+  at::Tensor out;
+  {
+    at::NoGradGuard no_grad;
+    out = k::heads_fused(a, H, true, double(eps), double(scale)).contiguous();  // [B,H,T,K]
+  }
+  const float* ap = a.data_ptr<float>();
+  const float* op = out.data_ptr<float>();
+  int64_t differ = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < T; ++t) {
+        const float* row = ap + ((b * T + t) * H + h) * K;
+        volatile float ss = 0.0f;  // volatile: each add rounds on its own, in this order
+        for (int64_t c = 0; c < K; ++c) {
+          const volatile float sq = row[c] * row[c];
+          ss = ss + sq;
+        }
+        const float iv = 1.0f / std::sqrt(ss + eps);
+        for (int64_t c = 0; c < K; ++c) {
+          const volatile float n = row[c] * iv;
+          const float want = n * scale;
+          const float got = op[((b * H + h) * T + t) * K + c];
+          differ += std::memcmp(&want, &got, sizeof want) != 0;
+        }
+      }
+  EXPECT_EQ(differ, 0) << "of " << B * H * T * K << " values";
 }
 
 // Bitwise: the prologue's forward and gradients do not depend on the thread count (each

@@ -12,7 +12,8 @@ Command add_bench_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "measure throughput (reference steps, KDA forms, GEMM peak)");
   auto o = std::make_shared<harness::BenchOptions>();
   add_choice(*cmd, o->what, spec::bench_targets(),
-             "what to measure (step is reference; ratio: pipelined / reference)");
+             "what to measure (step is reference; ratio: pipelined / reference; ac-ratio: --ac "
+             "layer / none; threads-ratio: one thread / --threads N)");
   add_run_options(*cmd, o->run);
   cmd->add_option("--warmup-steps", o->warmup_steps, "unmeasured steps first")
       ->capture_default_str()->check(integer_in(0, spec::kMaxBenchSteps));
@@ -22,8 +23,9 @@ Command add_bench_command(CLI::App& app) {
                  "reference/step/pipelined: time per op family, the step's FLOPs, the achieved "
                  "GFLOP/s and the GEMM peak measured in the same run");
   cmd->add_option("--rounds", o->rounds,
-                  "--what ratio: reference + pipelined pairs run back to back; the median "
-                  "pair's ratio is reported")
+                  "--what ratio: reference + pipelined pairs run back to back, in "
+                  "alternating order; the median pair's ratio is reported (ac-ratio and "
+                  "threads-ratio pair steps instead: --measured-steps)")
       ->capture_default_str()->check(integer_in(1, 100));
   cmd->add_option("--log-steps", o->log_steps,
                   "--what readers: steps in each torchtitan log written and read")
@@ -41,6 +43,8 @@ Command add_bench_command(CLI::App& app) {
               throw UsageError("--breakdown goes with --what step, reference or pipelined");
             switch (o->what) {
               case T::Ratio: return harness::bench_ratio(*o);
+              case T::AcRatio: return harness::bench_ac_ratio(*o);
+              case T::ThreadsRatio: return harness::bench_threads_ratio(*o);
               case T::Kda: return harness::bench_kda(*o);
               case T::Compare: return harness::bench_compare(*o);
               case T::Gemm: return harness::bench_gemm(*o);

@@ -19,6 +19,7 @@
 #include "dumps/dump.h"
 #include "harness/errors.h"
 #include "harness/run.h"
+#include "harness/validate.h"
 #include "kernels/host_allocator.h"
 #include "kernels/kda.h"
 #include "kernels/model.h"
@@ -280,45 +281,173 @@ int bench_trainer(BenchOptions o) {
   return 0;
 }
 
+namespace {
+
+// Two runs of one model, timed in rounds of a pair (harness/bench.h, paired ratios).
+struct Pair {
+  std::string what;            // the third column: which pair
+  std::string a_ms, b_ms;      // the time columns' heads
+  std::string figure;          // the last column's head, and the summary line's name
+  RunOptions a, b;
+  double (*of)(double a_ms, double b_ms);
+};
+
+int paired_rounds(const BenchOptions& o, const Pair& p) {
+  auto median_ms = [&](const RunOptions& run) {
+    StepTimes times;
+    run_trainer(run, times, [](const pipelined::PipelineStats&) {});
+    return measured_ms(o, times);
+  };
+  std::printf("%-12s %-6s %-24s %6s %14s %14s %8s\n", "flavor", "dtype", p.what.c_str(), "round",
+              p.a_ms.c_str(), p.b_ms.c_str(), p.figure.c_str());
+  std::vector<double> figures;
+  for (int r = 1; r <= o.rounds; ++r) {
+    double a = 0, b = 0;
+    if (r % 2 == 1) {
+      a = median_ms(p.a);
+      b = median_ms(p.b);
+    } else {
+      b = median_ms(p.b);
+      a = median_ms(p.a);
+    }
+    figures.push_back(p.of(a, b));
+    std::printf("%-12s %-6s %-24s %6d %14.1f %14.1f %8.3f\n", spec::to_string(o.run.flavor),
+                spec::to_string(o.run.dtype), p.what.c_str(), r, a, b, figures.back());
+    std::fflush(stdout);
+  }
+  std::printf("%s (median of %d rounds): %.3f\n", p.figure.c_str(), o.rounds, median(figures));
+  return 0;
+}
+
+double b_over_a(double a, double b) { return b / a; }
+double a_over_b(double a, double b) { return a / b; }
+
+void progress_line(const BenchOptions& o, const std::string& what) {
+  std::fprintf(stderr, "bench %s, %s %s, %d round(s) of %d warm-up + %d measured steps each, "
+               "in alternating order, %s\n", what.c_str(), spec::to_string(o.run.flavor),
+               spec::to_string(o.run.dtype), o.rounds, o.warmup_steps, o.measured_steps,
+               kernels::vector_kernels_text().c_str());
+}
+
+}  // namespace
+
 int bench_ratio(BenchOptions o) {
   if (o.run.nproc > 0)
     throw UsageError("--what ratio times the in-process pipeline against the reference: drop "
                      "--nproc");
   o.run.steps = o.warmup_steps + o.measured_steps;
-  const std::string shape = "pp" + std::to_string(o.run.pp) + "xvp" + std::to_string(o.run.vp) +
-                            " cache " + spec::to_string(o.run.cache);
-  std::fprintf(stderr, "bench ratio: %s / reference, %s %s, %d round(s) of %d warm-up + %d "
-               "measured steps each, %d thread(s), %s\n", shape.c_str(), spec::to_string(o.run.flavor),
-               spec::to_string(o.run.dtype), o.rounds, o.warmup_steps, o.measured_steps, o.run.threads,
-               kernels::vector_kernels_text().c_str());
+  Pair p;
+  p.what = "pp" + std::to_string(o.run.pp) + "xvp" + std::to_string(o.run.vp) + " cache " +
+           spec::to_string(o.run.cache);
+  progress_line(o, "ratio: " + p.what + " / reference, " + std::to_string(o.run.threads) +
+                       " thread(s)");
   // The reference reads the pipeline's shape only for the per-rank norm; it runs no schedule.
-  RunOptions reference = o.run;
-  reference.trainer = spec::Trainer::Reference;
-  reference.schedule.reset();
-  if (reference.clip_order != spec::ClipOrder::PerRank) {
-    reference.pp = reference.vp = 1;
-    reference.split.clear();
+  p.a = o.run;
+  p.a.trainer = spec::Trainer::Reference;
+  p.a.schedule.reset();
+  if (p.a.clip_order != spec::ClipOrder::PerRank) {
+    p.a.pp = p.a.vp = 1;
+    p.a.split.clear();
   }
-  RunOptions pipelined = o.run;
-  pipelined.trainer = spec::Trainer::Pipelined;
-  auto median_ms = [&](const RunOptions& run) {
-    StepTimes times;
-    run_trainer(run, times,
-                [](const pipelined::PipelineStats&) {});
-    return measured_ms(o, times);
+  p.b = o.run;
+  p.b.trainer = spec::Trainer::Pipelined;
+  p.a_ms = "reference ms";
+  p.b_ms = "pipelined ms";
+  p.figure = "ratio";
+  p.of = b_over_a;
+  return paired_rounds(o, p);
+}
+
+namespace {
+
+// Two reference trainers built side by side and stepped in turns: step s of a and step s of b
+// back to back (a first in odd steps, b first in even ones), so that the two steps of a pair
+// are a second apart and a drift of the machine's speed weighs on both alike. Each step's own
+// time (the trainer's clock); one row per measured step, then the median of the figures.
+int interleaved_steps(const BenchOptions& o, const Pair& p) {
+  const PreparedRun ra = validate_run(p.a), rb = validate_run(p.b);
+  reference::ReferenceTrainer a(ra.cfg, ra.init, *ra.rows), b(rb.cfg, rb.init, *rb.rows);
+  // Room in the host cache for both trainers' freed blocks: with one trainer's cap, each step
+  // would hand the other's blocks back to malloc and fault its own in again, timing the
+  // allocator rather than the step.
+  kernels::install_host_allocator(2 * kernels::kHostCacheCapBytes);
+  StepTimes ta, tb;
+  const auto step = [&](reference::ReferenceTrainer& t, StepTimes& times, int64_t s) {
+    kernels::pin_threads(t.config().threads);  // the trainers may differ in their threads
+    t.step(s, times);
   };
-  std::printf("%-12s %-6s %-24s %6s %14s %14s %8s\n", "flavor", "dtype", "pipelined", "round",
-              "reference ms", "pipelined ms", "ratio");
-  std::vector<double> ratios;
-  for (int r = 1; r <= o.rounds; ++r) {
-    const double ref = median_ms(reference), pipe = median_ms(pipelined);
-    ratios.push_back(pipe / ref);
-    std::printf("%-12s %-6s %-24s %6d %14.1f %14.1f %8.3f\n", spec::to_string(o.run.flavor),
-                spec::to_string(o.run.dtype), shape.c_str(), r, ref, pipe, pipe / ref);
+  std::printf("%-12s %-6s %-24s %6s %14s %14s %8s\n", "flavor", "dtype", p.what.c_str(), "step",
+              p.a_ms.c_str(), p.b_ms.c_str(), p.figure.c_str());
+  std::vector<double> figures;
+  const int64_t steps = o.warmup_steps + o.measured_steps;
+  for (int64_t s = 1; s <= steps; ++s) {
+    if (s % 2 == 1) {
+      step(a, ta, s);
+      step(b, tb, s);
+    } else {
+      step(b, tb, s);
+      step(a, ta, s);
+    }
+    if (s <= o.warmup_steps) continue;
+    const double a_ms = ta.seconds.back() * 1e3, b_ms = tb.seconds.back() * 1e3;
+    figures.push_back(p.of(a_ms, b_ms));
+    std::printf("%-12s %-6s %-24s %6lld %14.1f %14.1f %8.3f\n", spec::to_string(o.run.flavor),
+                spec::to_string(o.run.dtype), p.what.c_str(), static_cast<long long>(s), a_ms,
+                b_ms, figures.back());
     std::fflush(stdout);
   }
-  std::printf("ratio (median of %d rounds): %.3f\n", o.rounds, median(ratios));
+  std::printf("%s (median of %d steps): %.3f\n", p.figure.c_str(), o.measured_steps,
+              median(figures));
   return 0;
+}
+
+void interleaved_progress(const BenchOptions& o, const std::string& what) {
+  std::fprintf(stderr, "bench %s, %s %s, %d warm-up + %d measured steps of each, in turns, %s\n",
+               what.c_str(), spec::to_string(o.run.flavor), spec::to_string(o.run.dtype),
+               o.warmup_steps, o.measured_steps, kernels::vector_kernels_text().c_str());
+}
+
+}  // namespace
+
+int bench_ac_ratio(BenchOptions o) {
+  if (o.run.nproc > 0)
+    throw UsageError("--what ac-ratio times the reference trainer in this process: drop --nproc");
+  o.run.steps = o.warmup_steps + o.measured_steps;
+  Pair p;
+  p.what = "ac layer / none";
+  interleaved_progress(o, "ac-ratio: --ac layer / --ac none, reference, " +
+                              std::to_string(o.run.threads) + " thread(s)");
+  p.a = p.b = o.run;
+  p.a.trainer = p.b.trainer = spec::Trainer::Reference;
+  p.a.ac = spec::Checkpointing::None;
+  p.b.ac = spec::Checkpointing::Layer;
+  p.a_ms = "none ms";
+  p.b_ms = "layer ms";
+  p.figure = "ratio";
+  p.of = b_over_a;
+  return interleaved_steps(o, p);
+}
+
+int bench_threads_ratio(BenchOptions o) {
+  if (o.run.nproc > 0)
+    throw UsageError("--what threads-ratio times the reference trainer in this process: drop "
+                     "--nproc");
+  if (o.run.threads < 2)
+    throw UsageError("--what threads-ratio times --threads N against one thread: give "
+                     "--threads 2 or more");
+  o.run.steps = o.warmup_steps + o.measured_steps;
+  Pair p;
+  const std::string n = std::to_string(o.run.threads);
+  p.what = n + " threads / 1";
+  interleaved_progress(o, "threads-ratio: --threads " + n + " against 1, reference");
+  p.a = p.b = o.run;
+  p.a.trainer = p.b.trainer = spec::Trainer::Reference;
+  p.a.threads = 1;
+  p.a_ms = "1 thread ms";
+  p.b_ms = n + " threads ms";
+  p.figure = "speedup";
+  p.of = a_over_b;
+  return interleaved_steps(o, p);
 }
 
 // Reads two dumps (files in the page cache after the first read) and compares every tensor:

@@ -6,6 +6,9 @@
 //                           (kernels/op_family.h), the step's FLOPs counted from the shapes,
 //                           the achieved GFLOP/s and the GEMM peak measured in the same run
 //   step                    the reference trainer's step (as reference)
+//   ratio                   pipelined / reference step time, in pairs of runs (below)
+//   ac-ratio                --ac layer / none step time, two trainers stepped in turns
+//   threads-ratio           one-thread / --threads N step time, the same way
 //   kda                     one KDA mixer layer and its core alone, forward + backward,
 //                           per form (fused, chunked, recurrent)
 //   compare                 two dumps compared tensor by tensor: GB/s of tensor data per side
@@ -39,9 +42,18 @@ struct BenchOptions {
 // Each prints its table on stdout (progress on stderr) and returns the exit code.
 int bench_trainer(BenchOptions o);  // what = reference, step or pipelined
 // what = ratio: the in-process pipelined / reference step-time ratio, from `rounds` pairs of
-// runs back to back (reference, then pipelined), each the median of its measured steps; the
-// pairs cancel the machine's slow drift, and the median over pairs its outliers.
+// runs back to back, in alternating order (reference then pipelined, then the other way),
+// each the median of its measured steps: the pairs cancel the machine's slow drift, and the
+// median over pairs its outliers. One row per round, then the median.
 int bench_ratio(BenchOptions o);
+// Two reference trainers in this process, stepped in turns (step s of one, then of the other,
+// the order alternating), each step timed on its own: one row per measured step, then the
+// median of the per-step figures. --rounds is not read.
+// what = ac-ratio: the step with --ac layer / with --ac none (the --ac given is not read).
+int bench_ac_ratio(BenchOptions o);
+// what = threads-ratio: the speedup at --threads N (N >= 2) over one thread: the one-thread
+// step's time / the N-thread one's.
+int bench_threads_ratio(BenchOptions o);
 int bench_kda(const BenchOptions& o);
 int bench_compare(const BenchOptions& o);
 int bench_gemm(const BenchOptions& o);

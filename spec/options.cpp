@@ -132,6 +132,8 @@ const Choices<BenchTarget>& bench_targets() {
                                        {BenchTarget::Step, "step"},
                                        {BenchTarget::Pipelined, "pipelined"},
                                        {BenchTarget::Ratio, "ratio"},
+                                       {BenchTarget::AcRatio, "ac-ratio"},
+                                       {BenchTarget::ThreadsRatio, "threads-ratio"},
                                        {BenchTarget::Kda, "kda"},
                                        {BenchTarget::Compare, "compare"},
                                        {BenchTarget::Gemm, "gemm"},

@@ -66,7 +66,9 @@ enum class TokenDtype { U16, I32, I64 };
 enum class ReportFormat { Txt, Md, Json, Csv, Html };
 
 // What `parity bench` measures (harness/bench.h).
-enum class BenchTarget { Reference, Step, Pipelined, Ratio, Kda, Compare, Gemm, Readers };
+enum class BenchTarget {
+  Reference, Step, Pipelined, Ratio, AcRatio, ThreadsRatio, Kda, Compare, Gemm, Readers
+};
 
 const Choices<Flavor>& flavors();
 const Choices<Precision>& precisions();

@@ -265,7 +265,9 @@ const std::vector<Case>& cases() {
       // ---- bench
       {"BenchWarmupNegative", "bench --warmup-steps -1", "--warmup-steps: -1 is out of range"},  // found
       {"BenchMeasuredZero", "bench --measured-steps 0", "--measured-steps: 0 is out of range"},
-      {"BenchWhatUnknown", "bench --what nope --flavor tiny", "unknown --what 'nope'; accepted: reference, step, pipelined, ratio, kda, compare, gemm"},
+      {"BenchWhatUnknown", "bench --what nope --flavor tiny",
+       "unknown --what 'nope'; accepted: reference, step, pipelined, ratio, ac-ratio, "
+       "threads-ratio, kda, compare, gemm"},
       {"BenchCompareWithoutDumps", "bench --what compare", "needs --a DUMP and --b DUMP"},
       {"BenchBreakdownWithKda", "bench --what kda --breakdown", "--breakdown goes with --what step"},
       {"BenchBreakdownMultiProcess", "bench --what pipelined --pp 2 --nproc 2 --breakdown --flavor tiny",
@@ -273,6 +275,10 @@ const std::vector<Case>& cases() {
       {"BenchRatioMultiProcess", "bench --what ratio --pp 2 --nproc 2 --flavor tiny",
        "--what ratio times the in-process pipeline"},
       {"BenchRatioRoundsZero", "bench --what ratio --rounds 0", "--rounds: 0 is out of range"},
+      {"BenchThreadsRatioOneThread", "bench --what threads-ratio --flavor tiny",
+       "--what threads-ratio times --threads N against one thread: give --threads 2 or more"},
+      {"BenchAcRatioMultiProcess", "bench --what ac-ratio --nproc 2 --flavor tiny",
+       "--what ac-ratio times the reference trainer in this process"},
       {"BenchThreadsHuge", "bench --threads 100000", "--threads: 100000 is out of range"},
       // ---- init and model
       {"InitOutEmpty", "init --flavor tiny --out ''", "--out: the path is empty"},

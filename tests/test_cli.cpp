@@ -616,36 +616,75 @@ TEST_F(Cli, BytesSentBetweenProcessesAreTheInProcessFigures) {
   }
 }
 
+// The table of a paired bench (--what ratio, ac-ratio, threads-ratio): a head row, then one
+// row per pair, `flavor dtype <what> n a_ms b_ms figure` with figure = of(a, b) (printed to 3
+// decimals) and n counting from `first`, then "<name> (median of N <unit>): " and the median
+// of the figures. The times are the machine's and never asserted.
+void expect_paired_table(const std::string& out, const std::string& what, int rounds,
+                         const std::string& name, double (*of)(double, double),
+                         int first = 1, const std::string& unit = "rounds") {
+  std::stringstream ss(out);
+  std::string line;
+  std::getline(ss, line);
+  EXPECT_EQ(line.rfind("flavor", 0), 0u) << line;
+  std::vector<double> figures;
+  for (int round = 1; round <= rounds; ++round) {
+    ASSERT_TRUE(std::getline(ss, line)) << out;
+    std::vector<std::string> f;
+    std::stringstream row(line);
+    for (std::string w; row >> w;) f.push_back(w);
+    ASSERT_GE(f.size(), 7u) << line;
+    EXPECT_EQ(f[0], "tiny") << line;
+    const size_t n = f.size();
+    std::string middle;
+    for (size_t i = 2; i + 4 < n; ++i) middle += (middle.empty() ? "" : " ") + f[i];
+    EXPECT_EQ(middle, what) << line;
+    EXPECT_EQ(std::stoi(f[n - 4]), first + round - 1) << line;
+    const double a = std::stod(f[n - 3]), b = std::stod(f[n - 2]), figure = std::stod(f[n - 1]);
+    ASSERT_GT(a, 0) << line;
+    ASSERT_GT(b, 0) << line;
+    // The times print to 0.1 ms: the figure from them is within that rounding of the one
+    // printed (relative 0.05 / a + 0.05 / b), plus the figure's own 0.0005.
+    EXPECT_NEAR(figure, of(a, b), 5e-4 + figure * (0.05 / a + 0.05 / b)) << line;
+    figures.push_back(figure);
+  }
+  ASSERT_TRUE(std::getline(ss, line)) << out;
+  std::sort(figures.begin(), figures.end());
+  const double mid = rounds % 2 ? figures[rounds / 2]
+                                : 0.5 * (figures[rounds / 2 - 1] + figures[rounds / 2]);
+  std::stringstream want;
+  want << name << " (median of " << rounds << " " << unit << "): " << std::fixed
+       << std::setprecision(3) << mid;
+  EXPECT_EQ(line, want.str());
+}
+
+double b_over_a(double a, double b) { return b / a; }
+double a_over_b(double a, double b) { return a / b; }
+
 // bench --what ratio: one row per round whose ratio is its pipelined / reference columns,
-// and the median of those ratios (the figures are the machine's, never asserted).
+// and the median of those ratios.
 TEST_F(Cli, BenchRatioPrintsEachRoundAndTheMedian) {
   auto r = run("bench --what ratio --flavor tiny --seq-len 16 --pp 2 --vp 2 --rounds 3 "
                "--warmup-steps 0 --measured-steps 1");
   ASSERT_EQ(r.code, 0) << r.err;
-  std::stringstream ss(r.out);
-  std::string line;
-  std::getline(ss, line);
-  EXPECT_EQ(line.rfind("flavor", 0), 0u) << line;
-  std::vector<double> ratios;
-  for (int round = 1; round <= 3; ++round) {
-    ASSERT_TRUE(std::getline(ss, line)) << r.out;
-    std::stringstream row(line);
-    std::string flavor, dtype, pp, cache, on;
-    int n = 0;
-    double ref = 0, pipe = 0, ratio = 0;
-    row >> flavor >> dtype >> pp >> cache >> on >> n >> ref >> pipe >> ratio;
-    EXPECT_EQ(flavor, "tiny") << line;
-    EXPECT_EQ(pp, "pp2xvp2") << line;
-    EXPECT_EQ(n, round) << line;
-    ASSERT_GT(ref, 0) << line;
-    EXPECT_NEAR(ratio, pipe / ref, 1e-3 + 1e-3 * ratio) << line;  // printed to 3 decimals
-    ratios.push_back(ratio);
-  }
-  ASSERT_TRUE(std::getline(ss, line)) << r.out;
-  std::sort(ratios.begin(), ratios.end());
-  std::stringstream want;
-  want << "ratio (median of 3 rounds): " << std::fixed << std::setprecision(3) << ratios[1];
-  EXPECT_EQ(line, want.str());
+  expect_paired_table(r.out, "pp2xvp2 cache on", 3, "ratio", b_over_a);
+}
+
+// bench --what ac-ratio: the --ac layer step over the --ac none one, per measured step (the
+// warm-up steps are not rows) and the median.
+TEST_F(Cli, BenchAcRatioPrintsEachStepAndTheMedian) {
+  auto r = run("bench --what ac-ratio --flavor tiny --seq-len 16 --warmup-steps 1 "
+               "--measured-steps 2");
+  ASSERT_EQ(r.code, 0) << r.err;
+  expect_paired_table(r.out, "ac layer / none", 2, "ratio", b_over_a, 2, "steps");
+}
+
+// bench --what threads-ratio: the one-thread step over the two-thread one (a speedup).
+TEST_F(Cli, BenchThreadsRatioPrintsEachStepAndTheMedian) {
+  auto r = run("bench --what threads-ratio --threads 2 --flavor tiny --seq-len 16 "
+               "--warmup-steps 0 --measured-steps 3");
+  ASSERT_EQ(r.code, 0) << r.err;
+  expect_paired_table(r.out, "2 threads / 1", 3, "speedup", a_over_b, 1, "steps");
 }
 
 // bench --breakdown turns the reference trainer's side-by-side micro-batches off (the per-family

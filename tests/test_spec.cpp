@@ -84,7 +84,8 @@ TEST(Spec, EveryTableRoundTripsAndRefusesWithOneMessageForm) {
   check_table(token_dtypes(), "--tokens-dtype", {"uint16", "int32", "int64"});
   check_table(report_formats(), "--format", {"txt", "md", "json", "csv", "html"});
   check_table(bench_targets(), "--what",
-              {"reference", "step", "pipelined", "ratio", "kda", "compare", "gemm", "readers"});
+              {"reference", "step", "pipelined", "ratio", "ac-ratio", "threads-ratio", "kda",
+               "compare", "gemm", "readers"});
 }
 
 TEST(Spec, NamesMeanTheValuesTheCodeExpects) {

@@ -22,11 +22,6 @@ Command add_bench_command(CLI::App& app) {
   cmd->add_flag("--breakdown", o->breakdown,
                  "reference/step/pipelined: time per op family, the step's FLOPs, the achieved "
                  "GFLOP/s and the GEMM peak measured in the same run");
-  cmd->add_option("--rounds", o->rounds,
-                  "--what ratio: reference + pipelined pairs run back to back, in "
-                  "alternating order; the median pair's ratio is reported (ac-ratio and "
-                  "threads-ratio pair steps instead: --measured-steps)")
-      ->capture_default_str()->check(integer_in(1, 100));
   cmd->add_option("--log-steps", o->log_steps,
                   "--what readers: steps in each torchtitan log written and read")
       ->capture_default_str()->check(integer_in(1, 10'000'000));

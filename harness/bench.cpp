@@ -29,6 +29,7 @@
 #include "kernels/precision.h"
 #include "kernels/threads.h"
 #include "kernels/vector_kernels.h"
+#include "pipelined/trainer.h"
 #include "reference/trainer.h"
 
 namespace parity::harness {
@@ -283,7 +284,7 @@ int bench_trainer(BenchOptions o) {
 
 namespace {
 
-// Two runs of one model, timed in rounds of a pair (harness/bench.h, paired ratios).
+// Two runs of one model to compare step by step (harness/bench.h, paired ratios).
 struct Pair {
   std::string what;            // the third column: which pair
   std::string a_ms, b_ms;      // the time columns' heads
@@ -292,101 +293,58 @@ struct Pair {
   double (*of)(double a_ms, double b_ms);
 };
 
-int paired_rounds(const BenchOptions& o, const Pair& p) {
-  auto median_ms = [&](const RunOptions& run) {
-    StepTimes times;
-    run_trainer(run, times, [](const pipelined::PipelineStats&) {});
-    return measured_ms(o, times);
-  };
-  std::printf("%-12s %-6s %-24s %6s %14s %14s %8s\n", "flavor", "dtype", p.what.c_str(), "round",
-              p.a_ms.c_str(), p.b_ms.c_str(), p.figure.c_str());
-  std::vector<double> figures;
-  for (int r = 1; r <= o.rounds; ++r) {
-    double a = 0, b = 0;
-    if (r % 2 == 1) {
-      a = median_ms(p.a);
-      b = median_ms(p.b);
-    } else {
-      b = median_ms(p.b);
-      a = median_ms(p.a);
-    }
-    figures.push_back(p.of(a, b));
-    std::printf("%-12s %-6s %-24s %6d %14.1f %14.1f %8.3f\n", spec::to_string(o.run.flavor),
-                spec::to_string(o.run.dtype), p.what.c_str(), r, a, b, figures.back());
-    std::fflush(stdout);
-  }
-  std::printf("%s (median of %d rounds): %.3f\n", p.figure.c_str(), o.rounds, median(figures));
-  return 0;
-}
-
 double b_over_a(double a, double b) { return b / a; }
 double a_over_b(double a, double b) { return a / b; }
 
-void progress_line(const BenchOptions& o, const std::string& what) {
-  std::fprintf(stderr, "bench %s, %s %s, %d round(s) of %d warm-up + %d measured steps each, "
-               "in alternating order, %s\n", what.c_str(), spec::to_string(o.run.flavor),
-               spec::to_string(o.run.dtype), o.rounds, o.warmup_steps, o.measured_steps,
-               kernels::vector_kernels_text().c_str());
-}
-
-}  // namespace
-
-int bench_ratio(BenchOptions o) {
-  if (o.run.nproc > 0)
-    throw UsageError("--what ratio times the in-process pipeline against the reference: drop "
-                     "--nproc");
-  o.run.steps = o.warmup_steps + o.measured_steps;
-  Pair p;
-  p.what = "pp" + std::to_string(o.run.pp) + "xvp" + std::to_string(o.run.vp) + " cache " +
-           spec::to_string(o.run.cache);
-  progress_line(o, "ratio: " + p.what + " / reference, " + std::to_string(o.run.threads) +
-                       " thread(s)");
-  // The reference reads the pipeline's shape only for the per-rank norm; it runs no schedule.
-  p.a = o.run;
-  p.a.trainer = spec::Trainer::Reference;
-  p.a.schedule.reset();
-  if (p.a.clip_order != spec::ClipOrder::PerRank) {
-    p.a.pp = p.a.vp = 1;
-    p.a.split.clear();
+// A trainer of either kind (in this process), stepped from outside.
+class Stepped {
+ public:
+  explicit Stepped(const RunOptions& o) : run_(validate_run(o)) {
+    if (o.pipelined())
+      pipe_ = std::make_unique<pipelined::PipelinedTrainer>(run_.cfg, run_.pc, run_.init,
+                                                            *run_.rows);
+    else
+      ref_ = std::make_unique<reference::ReferenceTrainer>(run_.cfg, run_.init, *run_.rows);
   }
-  p.b = o.run;
-  p.b.trainer = spec::Trainer::Pipelined;
-  p.a_ms = "reference ms";
-  p.b_ms = "pipelined ms";
-  p.figure = "ratio";
-  p.of = b_over_a;
-  return paired_rounds(o, p);
-}
+  const kernels::TrainConfig& config() const { return run_.cfg; }
+  void step(int64_t s, kernels::StepObserver& obs) {
+    kernels::pin_threads(run_.cfg.threads);  // the two may differ in their threads
+    if (pipe_)
+      pipe_->step(s, obs);
+    else
+      ref_->step(s, obs);
+  }
 
-namespace {
+ private:
+  PreparedRun run_;  // before the trainers: they keep references into it
+  std::unique_ptr<reference::ReferenceTrainer> ref_;
+  std::unique_ptr<pipelined::PipelinedTrainer> pipe_;
+};
 
-// Two reference trainers built side by side and stepped in turns: step s of a and step s of b
-// back to back (a first in odd steps, b first in even ones), so that the two steps of a pair
-// are a second apart and a drift of the machine's speed weighs on both alike. Each step's own
-// time (the trainer's clock); one row per measured step, then the median of the figures.
+// Two trainers built side by side and stepped in turns: step s of a and step s of b back to
+// back (a first in odd steps, b first in even ones), so that the two steps of a pair are a
+// second apart and a drift of the machine's speed weighs on both alike. Each step's own time
+// (the trainer's clock); one row per measured step, then the median of the figures.
 int interleaved_steps(const BenchOptions& o, const Pair& p) {
-  const PreparedRun ra = validate_run(p.a), rb = validate_run(p.b);
-  reference::ReferenceTrainer a(ra.cfg, ra.init, *ra.rows), b(rb.cfg, rb.init, *rb.rows);
+  Stepped a(p.a), b(p.b);
+  kernels::prepare_run(a.config());
+  kernels::prepare_run(b.config());
   // Room in the host cache for both trainers' freed blocks: with one trainer's cap, each step
   // would hand the other's blocks back to malloc and fault its own in again, timing the
   // allocator rather than the step.
   kernels::install_host_allocator(2 * kernels::kHostCacheCapBytes);
   StepTimes ta, tb;
-  const auto step = [&](reference::ReferenceTrainer& t, StepTimes& times, int64_t s) {
-    kernels::pin_threads(t.config().threads);  // the trainers may differ in their threads
-    t.step(s, times);
-  };
   std::printf("%-12s %-6s %-24s %6s %14s %14s %8s\n", "flavor", "dtype", p.what.c_str(), "step",
               p.a_ms.c_str(), p.b_ms.c_str(), p.figure.c_str());
   std::vector<double> figures;
   const int64_t steps = o.warmup_steps + o.measured_steps;
   for (int64_t s = 1; s <= steps; ++s) {
     if (s % 2 == 1) {
-      step(a, ta, s);
-      step(b, tb, s);
+      a.step(s, ta);
+      b.step(s, tb);
     } else {
-      step(b, tb, s);
-      step(a, ta, s);
+      b.step(s, tb);
+      a.step(s, ta);
     }
     if (s <= o.warmup_steps) continue;
     const double a_ms = ta.seconds.back() * 1e3, b_ms = tb.seconds.back() * 1e3;
@@ -408,6 +366,33 @@ void interleaved_progress(const BenchOptions& o, const std::string& what) {
 }
 
 }  // namespace
+
+int bench_ratio(BenchOptions o) {
+  if (o.run.nproc > 0)
+    throw UsageError("--what ratio times the in-process pipeline against the reference: drop "
+                     "--nproc");
+  o.run.steps = o.warmup_steps + o.measured_steps;
+  Pair p;
+  p.what = "pp" + std::to_string(o.run.pp) + "xvp" + std::to_string(o.run.vp) + " cache " +
+           spec::to_string(o.run.cache);
+  interleaved_progress(o, "ratio: " + p.what + " / reference, " +
+                              std::to_string(o.run.threads) + " thread(s)");
+  // The reference reads the pipeline's shape only for the per-rank norm; it runs no schedule.
+  p.a = o.run;
+  p.a.trainer = spec::Trainer::Reference;
+  p.a.schedule.reset();
+  if (p.a.clip_order != spec::ClipOrder::PerRank) {
+    p.a.pp = p.a.vp = 1;
+    p.a.split.clear();
+  }
+  p.b = o.run;
+  p.b.trainer = spec::Trainer::Pipelined;
+  p.a_ms = "reference ms";
+  p.b_ms = "pipelined ms";
+  p.figure = "ratio";
+  p.of = b_over_a;
+  return interleaved_steps(o, p);
+}
 
 int bench_ac_ratio(BenchOptions o) {
   if (o.run.nproc > 0)

@@ -6,8 +6,8 @@
 //                           (kernels/op_family.h), the step's FLOPs counted from the shapes,
 //                           the achieved GFLOP/s and the GEMM peak measured in the same run
 //   step                    the reference trainer's step (as reference)
-//   ratio                   pipelined / reference step time, in pairs of runs (below)
-//   ac-ratio                --ac layer / none step time, two trainers stepped in turns
+//   ratio                   pipelined / reference step time, two trainers stepped in turns
+//   ac-ratio                --ac layer / none step time, the same way
 //   threads-ratio           one-thread / --threads N step time, the same way
 //   kda                     one KDA mixer layer and its core alone, forward + backward,
 //                           per form (fused, chunked, recurrent)
@@ -34,25 +34,23 @@ struct BenchOptions {
   int measured_steps = 5;
   std::string a, b;  // what = compare: the two dumps
   bool breakdown = false;  // what = reference, step or pipelined (in-process)
-  int rounds = 3;          // what = ratio: reference + pipelined pairs
   int64_t log_steps = 2'000'000;  // what = readers: steps per log
   int64_t entries = 200'000;      // what = readers: tensors per safetensors file
 };
 
 // Each prints its table on stdout (progress on stderr) and returns the exit code.
 int bench_trainer(BenchOptions o);  // what = reference, step or pipelined
-// what = ratio: the in-process pipelined / reference step-time ratio, from `rounds` pairs of
-// runs back to back, in alternating order (reference then pipelined, then the other way),
-// each the median of its measured steps: the pairs cancel the machine's slow drift, and the
-// median over pairs its outliers. One row per round, then the median.
+// Paired ratios: two trainers built in this process and stepped in turns (step s of one, then
+// of the other, the order alternating each step), each step timed on its own, so that the
+// machine's drift weighs on both alike: one row per measured step, then the median of the
+// per-step figures.
+// what = ratio: the in-process pipelined step / the reference step.
 int bench_ratio(BenchOptions o);
-// Two reference trainers in this process, stepped in turns (step s of one, then of the other,
-// the order alternating), each step timed on its own: one row per measured step, then the
-// median of the per-step figures. --rounds is not read.
-// what = ac-ratio: the step with --ac layer / with --ac none (the --ac given is not read).
+// what = ac-ratio: the reference step with --ac layer / with --ac none (the --ac given is not
+// read).
 int bench_ac_ratio(BenchOptions o);
-// what = threads-ratio: the speedup at --threads N (N >= 2) over one thread: the one-thread
-// step's time / the N-thread one's.
+// what = threads-ratio: the reference step's speedup at --threads N (N >= 2) over one thread:
+// the one-thread step's time / the N-thread one's.
 int bench_threads_ratio(BenchOptions o);
 int bench_kda(const BenchOptions& o);
 int bench_compare(const BenchOptions& o);

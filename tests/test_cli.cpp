@@ -618,17 +618,17 @@ TEST_F(Cli, BytesSentBetweenProcessesAreTheInProcessFigures) {
 
 // The table of a paired bench (--what ratio, ac-ratio, threads-ratio): a head row, then one
 // row per pair, `flavor dtype <what> n a_ms b_ms figure` with figure = of(a, b) (printed to 3
-// decimals) and n counting from `first`, then "<name> (median of N <unit>): " and the median
-// of the figures. The times are the machine's and never asserted.
-void expect_paired_table(const std::string& out, const std::string& what, int rounds,
+// decimals) and n the step, counting from `first`, then "<name> (median of N steps): " and the
+// median of the figures. The times are the machine's and never asserted.
+void expect_paired_table(const std::string& out, const std::string& what, int pairs,
                          const std::string& name, double (*of)(double, double),
-                         int first = 1, const std::string& unit = "rounds") {
+                         int first = 1) {
   std::stringstream ss(out);
   std::string line;
   std::getline(ss, line);
   EXPECT_EQ(line.rfind("flavor", 0), 0u) << line;
   std::vector<double> figures;
-  for (int round = 1; round <= rounds; ++round) {
+  for (int pair = 1; pair <= pairs; ++pair) {
     ASSERT_TRUE(std::getline(ss, line)) << out;
     std::vector<std::string> f;
     std::stringstream row(line);
@@ -639,7 +639,7 @@ void expect_paired_table(const std::string& out, const std::string& what, int ro
     std::string middle;
     for (size_t i = 2; i + 4 < n; ++i) middle += (middle.empty() ? "" : " ") + f[i];
     EXPECT_EQ(middle, what) << line;
-    EXPECT_EQ(std::stoi(f[n - 4]), first + round - 1) << line;
+    EXPECT_EQ(std::stoi(f[n - 4]), first + pair - 1) << line;
     const double a = std::stod(f[n - 3]), b = std::stod(f[n - 2]), figure = std::stod(f[n - 1]);
     ASSERT_GT(a, 0) << line;
     ASSERT_GT(b, 0) << line;
@@ -650,10 +650,10 @@ void expect_paired_table(const std::string& out, const std::string& what, int ro
   }
   ASSERT_TRUE(std::getline(ss, line)) << out;
   std::sort(figures.begin(), figures.end());
-  const double mid = rounds % 2 ? figures[rounds / 2]
-                                : 0.5 * (figures[rounds / 2 - 1] + figures[rounds / 2]);
+  const double mid = pairs % 2 ? figures[pairs / 2]
+                               : 0.5 * (figures[pairs / 2 - 1] + figures[pairs / 2]);
   std::stringstream want;
-  want << name << " (median of " << rounds << " " << unit << "): " << std::fixed
+  want << name << " (median of " << pairs << " steps): " << std::fixed
        << std::setprecision(3) << mid;
   EXPECT_EQ(line, want.str());
 }
@@ -661,11 +661,11 @@ void expect_paired_table(const std::string& out, const std::string& what, int ro
 double b_over_a(double a, double b) { return b / a; }
 double a_over_b(double a, double b) { return a / b; }
 
-// bench --what ratio: one row per round whose ratio is its pipelined / reference columns,
-// and the median of those ratios.
-TEST_F(Cli, BenchRatioPrintsEachRoundAndTheMedian) {
-  auto r = run("bench --what ratio --flavor tiny --seq-len 16 --pp 2 --vp 2 --rounds 3 "
-               "--warmup-steps 0 --measured-steps 1");
+// bench --what ratio: one row per measured step whose ratio is its pipelined / reference
+// columns, and the median of those ratios.
+TEST_F(Cli, BenchRatioPrintsEachStepAndTheMedian) {
+  auto r = run("bench --what ratio --flavor tiny --seq-len 16 --pp 2 --vp 2 "
+               "--warmup-steps 0 --measured-steps 3");
   ASSERT_EQ(r.code, 0) << r.err;
   expect_paired_table(r.out, "pp2xvp2 cache on", 3, "ratio", b_over_a);
 }
@@ -676,7 +676,7 @@ TEST_F(Cli, BenchAcRatioPrintsEachStepAndTheMedian) {
   auto r = run("bench --what ac-ratio --flavor tiny --seq-len 16 --warmup-steps 1 "
                "--measured-steps 2");
   ASSERT_EQ(r.code, 0) << r.err;
-  expect_paired_table(r.out, "ac layer / none", 2, "ratio", b_over_a, 2, "steps");
+  expect_paired_table(r.out, "ac layer / none", 2, "ratio", b_over_a, 2);
 }
 
 // bench --what threads-ratio: the one-thread step over the two-thread one (a speedup).
@@ -684,7 +684,7 @@ TEST_F(Cli, BenchThreadsRatioPrintsEachStepAndTheMedian) {
   auto r = run("bench --what threads-ratio --threads 2 --flavor tiny --seq-len 16 "
                "--warmup-steps 0 --measured-steps 3");
   ASSERT_EQ(r.code, 0) << r.err;
-  expect_paired_table(r.out, "2 threads / 1", 3, "speedup", a_over_b, 1, "steps");
+  expect_paired_table(r.out, "2 threads / 1", 3, "speedup", a_over_b);
 }
 
 // bench --breakdown turns the reference trainer's side-by-side micro-batches off (the per-family

@@ -56,7 +56,7 @@ class StepTimes : public kernels::StepObserver {
     seconds.push_back(r.seconds);
     tokens = r.tokens;
     if (clock) families.push_back(clock->seconds());
-    std::fprintf(stderr, "  step %lld: %.1f ms", static_cast<long long>(r.step),
+    std::fprintf(stderr, "  %sstep %lld: %.1f ms", label.c_str(), static_cast<long long>(r.step),
                  r.seconds * 1e3);
     if (probe) {
       // Between the steps, outside their clocks: the step's own time and families exclude it.
@@ -75,6 +75,7 @@ class StepTimes : public kernels::StepObserver {
     }
     return d;
   }
+  std::string label;  // before "step" in the progress lines: whose step (paired benches)
   std::vector<double> seconds;
   int64_t tokens = 0;
   const kernels::FamilyClock* clock = nullptr;  // --breakdown: the clock read at each step
@@ -334,6 +335,8 @@ int interleaved_steps(const BenchOptions& o, const Pair& p) {
   // allocator rather than the step.
   kernels::install_host_allocator(2 * kernels::kHostCacheCapBytes);
   StepTimes ta, tb;
+  ta.label = p.a_ms.substr(0, p.a_ms.rfind(" ms")) + ": ";  // "none: step 3: ..."
+  tb.label = p.b_ms.substr(0, p.b_ms.rfind(" ms")) + ": ";
   std::printf("%-12s %-6s %-24s %6s %14s %14s %8s\n", "flavor", "dtype", p.what.c_str(), "step",
               p.a_ms.c_str(), p.b_ms.c_str(), p.figure.c_str());
   std::vector<double> figures;

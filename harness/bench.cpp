@@ -397,16 +397,28 @@ int bench_ratio(BenchOptions o) {
   return interleaved_steps(o, p);
 }
 
-int bench_ac_ratio(BenchOptions o) {
+namespace {
+
+// Two reference trainers on o's run, for --what `target`: both run in this process (no
+// --nproc); o's steps set to its warm-up and measured ones.
+Pair reference_pair(BenchOptions& o, const std::string& target) {
   if (o.run.nproc > 0)
-    throw UsageError("--what ac-ratio times the reference trainer in this process: drop --nproc");
+    throw UsageError("--what " + target + " times the reference trainer in this process: drop "
+                     "--nproc");
   o.run.steps = o.warmup_steps + o.measured_steps;
   Pair p;
+  p.a = p.b = o.run;
+  p.a.trainer = p.b.trainer = spec::Trainer::Reference;
+  return p;
+}
+
+}  // namespace
+
+int bench_ac_ratio(BenchOptions o) {
+  Pair p = reference_pair(o, "ac-ratio");
   p.what = "ac layer / none";
   interleaved_progress(o, "ac-ratio: --ac layer / --ac none, reference, " +
                               std::to_string(o.run.threads) + " thread(s)");
-  p.a = p.b = o.run;
-  p.a.trainer = p.b.trainer = spec::Trainer::Reference;
   p.a.ac = spec::Checkpointing::None;
   p.b.ac = spec::Checkpointing::Layer;
   p.a_ms = "none ms";
@@ -417,19 +429,13 @@ int bench_ac_ratio(BenchOptions o) {
 }
 
 int bench_threads_ratio(BenchOptions o) {
-  if (o.run.nproc > 0)
-    throw UsageError("--what threads-ratio times the reference trainer in this process: drop "
-                     "--nproc");
+  Pair p = reference_pair(o, "threads-ratio");
   if (o.run.threads < 2)
     throw UsageError("--what threads-ratio times --threads N against one thread: give "
                      "--threads 2 or more");
-  o.run.steps = o.warmup_steps + o.measured_steps;
-  Pair p;
   const std::string n = std::to_string(o.run.threads);
   p.what = n + " threads / 1";
   interleaved_progress(o, "threads-ratio: --threads " + n + " against 1, reference");
-  p.a = p.b = o.run;
-  p.a.trainer = p.b.trainer = spec::Trainer::Reference;
   p.a.threads = 1;
   p.a_ms = "1 thread ms";
   p.b_ms = n + " threads ms";

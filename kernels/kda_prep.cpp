@@ -194,9 +194,10 @@ PARITY_INLINE void conv_bwd(const ConvShape& s, const S* x, const S* w, const S*
 // adds do not wait on one another (one chain at a time waits an add's latency per channel).
 constexpr int64_t kRows = 8;
 
-// The rows of tokens [t, t + n) of (row b, head h) in a: row j at a + ((b T + t + j) H + h) K.
-template <class S>
-PARITY_INLINE const S* head_row(const HeadsShape& s, const S* a, int64_t bh, int64_t t) {
+// Token t of (row b, head h) = bh in a [B,T,H*K]: at a + ((b T + t) H + h) K; the next token's
+// H K further.
+template <class P>
+PARITY_INLINE P* head_row(const HeadsShape& s, P* a, int64_t bh, int64_t t) {
   return a + ((bh / s.H * s.T + t) * s.H + bh % s.H) * s.K;
 }
 
@@ -268,7 +269,7 @@ PARITY_INLINE void heads_bwd(const HeadsShape& s, const S* a, const Acc<S>* inv,
         for (int64_t k = 0; k < K; ++k)
           dn[j * K + k] = s.scale != 1.0 ? dor[k] * scale : dor[k];
       }
-      S* da0 = const_cast<S*>(head_row(s, static_cast<const S*>(da), bh, t0));
+      S* da0 = head_row(s, da, bh, t0);
       if (!s.l2) {
         for (int64_t j = 0; j < n; ++j)
           for (int64_t k = 0; k < K; ++k) da0[j * ld + k] = narrow<S>(dn[j * K + k]);
